@@ -116,8 +116,9 @@ def test_every_stage_has_a_command_whose_flags_are_its_params_fields():
 def test_a_key_several_stages_declare_is_declared_alike_but_for_none():
     """The report types a shared key once, by one field (resolve_parameters), and each
     stage's Params takes the value as typed (StageParams.from_typed): the stages may word
-    its doc their own way, place it in a section of their own (its group) and differ in
-    taking None (each says so itself), nothing else."""
+    its doc their own way, place it in a section of their own (its group), offer the form's
+    dropdown what their own plan accepts (offered: 03 generates, 04 trains, 05 loads) and
+    differ in taking None (each says so itself), nothing else."""
     by_name: dict[str, list] = {}
     for stage in STAGES:
         for f in parameter_fields(params_class(stage)):
@@ -125,7 +126,7 @@ def test_a_key_several_stages_declare_is_declared_alike_but_for_none():
     shared = {name: fields for name, fields in by_name.items() if len(fields) > 1}
     assert {"device", "model_path"} <= set(shared)
     for name, fields in shared.items():
-        alike = {(f.kind, dataclasses.replace(f.spec, doc="", group="")) for f in fields}
+        alike = {(f.kind, dataclasses.replace(f.spec, doc="", group="", offered=None)) for f in fields}
         assert len(alike) == 1, f"{name}: declared differently by the stages: {alike}"
 
 

@@ -7,7 +7,10 @@ What each of transformers' names needs is read from transformers itself (4.57 an
 CUDA with the ``flash-attn`` package, or an Ascend NPU through torch_npu, where transformers
 skips the package check; 3 and 4: CUDA with ``flash-attn-3`` / ``flash-attn-4``), and
 torch's flex_attention, which has no backward on a CPU ("FlexAttention does not support
-backward on CPU" from a forward whose weights require grad). Nothing here loads a model.
+backward on CPU" from a forward whose weights require grad) and whose compiled CPU kernel
+failed on stage 03's left-padded batch (torch 2.13: an inductor C++ compile error), so of
+hyport's stages on a CPU only 05's reload, which loads the model and runs no attention, takes
+it (``work``). Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from hyport_lib.params import AUTO_ATTENTION, ParameterError
 
 #: Device kinds a stage runs on.
 KINDS = ("cpu", "cuda", "npu")
+#: What a stage does with the model: 05's reload loads it, 03 generates, 04 trains.
+LOAD, GENERATE, TRAIN = "load", "generate", "train"
+WORKS = (LOAD, GENERATE, TRAIN)
 #: transformers' FlashAttention names: version -> (pip package, what the GPU needs).
 FLASH_PACKAGES = {2: ("flash-attn", "CUDA"), 3: ("flash-attn-3", "CUDA (Ampere or newer)"),
                   4: ("flash-attn-4", "CUDA (Hopper or newer)")}
@@ -36,11 +42,14 @@ class AttentionOption:
     why: str
 
 
-def attention_options(device_kind: str) -> tuple[AttentionOption, ...]:
+def attention_options(device_kind: str, *, work: str = GENERATE) -> tuple[AttentionOption, ...]:
     """Every attention hyport offers, ``auto`` first, judged for ``device_kind`` on this host
-    (transformers' flash names only where this transformers has them)."""
+    (transformers' flash names only where this transformers has them) and for the stage's
+    ``work`` (one of :data:`WORKS`)."""
     if device_kind not in KINDS:
         raise ValueError(f"device_kind={device_kind!r}: expected one of {', '.join(KINDS)}")
+    if work not in WORKS:
+        raise ValueError(f"work={work!r}: expected one of {', '.join(WORKS)}")
     from transformers import AttentionInterface
 
     known = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
@@ -58,25 +67,35 @@ def attention_options(device_kind: str) -> tuple[AttentionOption, ...]:
     options += [_flash(version, device_kind) for version in FLASH_PACKAGES
                 if f"flash_attention_{version}" in known]
     if "flex_attention" in known:
-        options.append(_flex(device_kind))
+        options.append(_flex(device_kind, work))
     return tuple(options)
 
 
-def attention_choices(device: str = "auto") -> tuple[str, ...]:
+def attention_choices(device: str = "auto", *, work: str = GENERATE) -> tuple[str, ...]:
     """The ``attn_implementation`` values ``device`` can run here, ``auto`` first: what the
     workbook's form lists. ``device`` as the stages take it (``auto`` is this host's kind,
-    ``npu:1`` the kind ``npu``)."""
-    return tuple(o.name for o in attention_options(resolve_kind(device)) if o.runs)
+    ``npu:1`` the kind ``npu``); ``work`` as :func:`attention_options` takes it."""
+    return tuple(o.name for o in attention_options(resolve_kind(device), work=work) if o.runs)
 
 
-def attention_offered(values: Mapping[str, Any]) -> tuple[str, ...]:
+def attention_offered(values: Mapping[str, Any], *, work: str = GENERATE) -> tuple[str, ...]:
     """:func:`attention_choices` for a form's values (its ``device``, else this host's kind);
-    a device the check will refuse offers this host's."""
+    a device the check will refuse offers this host's. Stage 03's form."""
     device = values.get("device")
     try:
-        return attention_choices(device if isinstance(device, str) else "auto")
+        return attention_choices(device if isinstance(device, str) else "auto", work=work)
     except ValueError:  # the device field says its own error; the list stays this host's
-        return attention_choices("auto")
+        return attention_choices("auto", work=work)
+
+
+def attention_offered_to_train(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """:func:`attention_offered` for stage 04's form."""
+    return attention_offered(values, work=TRAIN)
+
+
+def attention_offered_to_load(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """:func:`attention_offered` for stage 05's form (its reload)."""
+    return attention_offered(values, work=LOAD)
 
 
 def resolve_kind(device: str) -> str:
@@ -88,13 +107,15 @@ def resolve_kind(device: str) -> str:
     return kind
 
 
-def check_attention(name: str, device_kind: str, *, auto_here: str = "eager",
+def check_attention(name: str, device_kind: str, *, work: str, auto_here: str = "eager",
                     param: str = "attn_implementation") -> None:
     """ParameterError, in one line naming the fix, for a name ``device_kind`` cannot run here or
-    no process could load (a typo). ``auto_here``: what ``auto`` runs in the caller's stage.
-    Beyond :func:`attention_options`: a hub kernel (``org/repo``) where the ``kernels`` package
-    is, and a name registered with transformers in this process."""
-    options = attention_options(device_kind)
+    no worker could load (a typo). ``work``: what the caller's stage does with the model (one
+    of :data:`WORKS`); ``auto_here``: what ``auto`` runs there. Beyond
+    :func:`attention_options`: a hub kernel (``org/repo``) where the ``kernels`` package is. A name registered with transformers in this process
+    alone is refused: the stages' workers are fresh processes, which register only hyport's
+    own names (:data:`~hyport_lib.npu_attention.names.BACKEND_OF_NAME`)."""
+    options = attention_options(device_kind, work=work)
     runnable = [o.name for o in options if o.runs and o.name != AUTO_ATTENTION]
     fix = f"use {param}={AUTO_ATTENTION} (here: {auto_here}), or one of {', '.join(runnable)}"
     text = str(name or "").strip()
@@ -113,10 +134,6 @@ def check_attention(name: str, device_kind: str, *, auto_here: str = "eager",
             return
         raise ParameterError([f"{param}={name!r}: a hub kernel needs the kernels package, which is not "
                               f"installed; {fix}"])
-    from transformers import AttentionInterface
-
-    if text in (getattr(AttentionInterface, "_global_mapping", {}) or {}):
-        return  # registered in this process (a hyport_* name under a name of its own)
     import transformers
 
     raise ParameterError([f"{param}={name!r}: not an attention transformers {transformers.__version__} "
@@ -156,13 +173,20 @@ def _flash(version: int, device_kind: str) -> AttentionOption:
                                         f"it on this GPU ({gpu})")
 
 
-def _flex(device_kind: str) -> AttentionOption:
+def _flex(device_kind: str, work: str) -> AttentionOption:
     if device_kind == "cuda":
         return AttentionOption("flex_attention", True, "torch's flex_attention, compiled for the GPU")
-    why = ("torch's flex_attention has no backward on a CPU, and a model's forward needs one "
-           "while its weights require grad" if device_kind == "cpu" else
-           "torch's flex_attention compiles Triton kernels, which torch_npu does not provide")
-    return AttentionOption("flex_attention", False, why)
+    if device_kind == "npu":
+        return AttentionOption("flex_attention", False, "torch's flex_attention compiles Triton kernels, "
+                                                        "which torch_npu does not provide")
+    if work == TRAIN:
+        return AttentionOption("flex_attention", False, "torch's flex_attention has no backward on a CPU, "
+                                                        "which training needs")
+    if work == GENERATE:
+        return AttentionOption("flex_attention", False, "torch's flex_attention kernel for a CPU failed to "
+                                                        "compile for the grid's left-padded batch (an "
+                                                        "inductor C++ compile error, torch 2.13)")
+    return AttentionOption("flex_attention", True, "the reload only loads the model: no attention runs")
 
 
 def _transformers_can_use_flash(version: int) -> bool:

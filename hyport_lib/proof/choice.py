@@ -11,8 +11,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of
-from hyport_lib.npu_attention.runnable import check_attention
-from hyport_lib.params import AUTO_ATTENTION
+from hyport_lib.npu_attention.runnable import GENERATE, TRAIN, check_attention
+from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
 from hyport_lib.results import REFUSED
 from hyport_lib.utils.printable import first_line
@@ -30,10 +30,12 @@ ProofBatch = tuple[str, Mapping, Optional[list]]
 @dataclass(frozen=True)
 class Runner:
     """Who runs the chosen attention: what ``auto`` runs on each device kind (eager where
-    absent), how many cached decoding steps its proof compares, and how its notes read."""
+    absent), how many cached decoding steps its proof compares, what it does with the model
+    (``work``: generate or train), and how its notes read."""
 
     auto: Mapping[str, str]
     decode_steps: int
+    work: str
     who: str  # "the grid", "the run"
     passed: str  # the note of a proof that passed: ``{name}``, ``{said}``
     not_used: str  # the note of a swap not used, before "; {who} keeps eager attention"
@@ -44,9 +46,9 @@ class Runner:
         return f"{name} once it proves itself on the model, else eager" if name else "eager"
 
 
-GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, who="the grid",
+GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, work=GENERATE, who="the grid",
               passed="{name}: {said}", not_used="{name} not used: {said}")
-TRAINING = Runner(auto={}, decode_steps=0, who="the run", passed="{said}",
+TRAINING = Runner(auto={}, decode_steps=0, work=TRAIN, who="the run", passed="{said}",
                   not_used="attn_implementation={name!r} not used: {said}")
 
 
@@ -81,16 +83,22 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
     """The workers' attention for ``asked`` on ``device_kind``; ``batches(model folder)``
     makes what the swap is proven on, only when one is wanted. A hub id is never proven
     (eager). Raises ParameterError for a name no worker could load or this device cannot run,
-    :class:`SwapRefused` when ``packing`` and the swap does not prove itself."""
+    or, with ``packing``, for one packing would not train with; :class:`SwapRefused` when
+    ``packing`` and the swap does not prove itself."""
     default = "npu" if device_kind == "npu" else "sdpa"
+    if asked != AUTO_ATTENTION:
+        check_attention(asked, device_kind, work=runner.work, auto_here=runner.auto_here(device_kind))
     if packing:
         name = NAME_OF_BACKEND[default]
+        if asked not in (AUTO_ATTENTION, "eager", name):  # never trained silently with another
+            raise ParameterError([f"attn_implementation={asked!r}: packing=True trains with hyport's "
+                                  f"attention ({name}, per sample); use attn_implementation=auto, or "
+                                  f"packing=False"])
     elif asked == AUTO_ATTENTION:
         name = runner.auto.get(device_kind)
         if name is None:
             return AttentionChoice(asked, "eager", default)
     else:
-        check_attention(asked, device_kind, auto_here=runner.auto_here(device_kind))
         if asked not in BACKEND_OF_NAME:
             return AttentionChoice(asked, asked, default)
         name = asked

@@ -12,7 +12,7 @@ from typing import Optional
 
 from hyport_lib.models.tiny import is_tiny_model
 from hyport_lib.nodes.handshake import STORAGE_CHOICES
-from hyport_lib.npu_attention.runnable import attention_offered
+from hyport_lib.npu_attention.runnable import attention_offered_to_train
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, card_memory_param,
                                device_param, model_path_param, nodes_from_param, num_cards_param, param,
                                trust_remote_code_param)
@@ -106,7 +106,7 @@ class Params(StageParams):
     gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)",
                                          group="DeepSpeed / memory")
     attn_implementation: str = attn_implementation_param(
-        attention_offered, doc="attention of unpacked runs (auto: eager); packed runs use hyport's")
+        attention_offered_to_train, doc="attention of unpacked runs (auto: eager); packed runs use hyport's")
     nodes_from: Optional[str] = nodes_from_param()
     nnodes: int = param(1, "torchrun nodes", min=1, group="Several hosts")
     node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0, group="Several hosts")

@@ -24,7 +24,7 @@ from hyport_lib.train.loss_vega import overlay_spec
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import StepMetrics, TrainProgress, TrainResult, finite, loss_span, proof_summary
-from hyport_lib.train.stage import STAGE, summarize
+from hyport_lib.train.stage import STAGE, how_torchrun_ended, summarize
 from hyport_lib.triage import show_triage
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.wording import counted
@@ -223,16 +223,21 @@ def _train_loss(result: TrainResult) -> str:
     return text
 
 
+def _exit_code(result: TrainResult):
+    """torchrun's exit code, or in words why there is none (as the summary says it)."""
+    return result.exit_code if result.exit_code is not None else how_torchrun_ended(result)
+
+
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s, judged = result.summary, summarize(result)
     if result.plan is not None and result.plan.params.node_rank > 0:  # the job's figures are node 0's
-        rows = [("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
+        rows = [("verdict", judged.verdict), ("why", judged.why), ("exit code", _exit_code(result)),
                 ("total time", f"{result.wall_s:.2f} s"), ("host", result.host or MISSING),
                 ("log", result.plan.log_path)]
         return pd.DataFrame(rows, columns=["item", "value"])
     rows = [
-        ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
+        ("verdict", judged.verdict), ("why", judged.why), ("exit code", _exit_code(result)),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
         ("train_loss", _train_loss(result)),
         ("loss first → last", loss_span(s) or MISSING),

@@ -42,13 +42,13 @@ def summarize(result: TrainResult) -> StageSummary:
     loss = f"loss {span}" if span else "no loss logged"
     plan = result.plan
     line = (f"{counted(s.steps, 'step')} on {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)}, "
-            f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: {_how_torchrun_ended(result)}, {loss}"
+            f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: {how_torchrun_ended(result)}, {loss}"
             # the PASS reason only repeats the steps and exit code said just before
             + ("; final weights written" if verdict == "PASS" else f"; {why}"))
     return StageSummary(verdict, line, _headline(result), why)
 
 
-def _how_torchrun_ended(result: TrainResult) -> str:
+def how_torchrun_ended(result: TrainResult) -> str:
     """``exit 0``; without an exit code (stopped by Stop or Ctrl-C, or by the job's nodes,
     perhaps before torchrun started) what is true, never ``exit None``: the reason follows."""
     if result.exit_code is not None:
@@ -92,7 +92,7 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
         problems.append(f"{counted(s.skipped_steps, 'step')} skipped by the optimizer (overflow)")
     if problems:
         return "WARN", "; ".join(problems)
-    return "PASS", f"{s.steps} steps, exit code 0, final weights written"
+    return "PASS", f"{counted(s.steps, 'step')}, exit code 0, final weights written"
 
 
 def _node_line(result: TrainResult) -> str:

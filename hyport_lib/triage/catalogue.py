@@ -139,18 +139,21 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         meaning=("transformers refused the attn_implementation while loading or running the model, "
                  "before any step: FlashAttention 2, 3 and 4 need the flash-attn package on a CUDA "
                  "GPU (FlashAttention 2 also runs on an Ascend NPU, through torch_npu), never on a "
-                 "CPU; torch's flex_attention has no backward on a CPU; sdpa and flex_attention need "
-                 "the model's support; and a name transformers does not know (a typo, or a hyport_* "
-                 "name in a process that did not register it) is not supported. hyport's plans "
-                 "refuse a name the device cannot run, so a run started by hyport meets this only "
-                 "for a model without that support, or a job started another way."),
+                 "CPU; torch's flex_attention has no backward on a CPU; sdpa and flex_attention "
+                 "need the model's support; and a name transformers does not know (a typo, or a "
+                 "hyport_* name in a process that did not register it) is not supported. hyport's "
+                 "plans refuse a name the device cannot run for the stage (flex_attention on a CPU "
+                 "in stages 03 and 04) or no worker knows, and every process hyport starts "
+                 "registers hyport's own names, so a run started by hyport meets this only for a "
+                 "model without that support, or a job started another way."),
         action=("Use `attn_implementation=auto` (the stage chooses: eager, or on an NPU in stage 03 "
                 "hyport's fused kernel once it proves itself), or a name this device runs: on a CPU "
-                "eager, sdpa, hyport_torch, hyport_npu_emulated; on an Ascend NPU also "
-                "hyport_npu_fused and flash_attention_2; on CUDA flash_attention_2 only with "
-                "flash-attn installed. `attention_choices(device)` "
-                "(`hyport_lib.npu_attention.runnable`) lists this host's, as the form's list does; "
-                "a model without SDPA support takes eager."),
+                "eager, sdpa, hyport_torch, hyport_npu_emulated, and flex_attention in stage 05 "
+                "(its reload only loads the model); on an Ascend NPU also hyport_npu_fused and "
+                "flash_attention_2; on CUDA flash_attention_2 only with flash-attn installed, and "
+                "flex_attention. "
+                "`attention_choices(device, work=...)` (`hyport_lib.npu_attention.runnable`) lists "
+                "this host's, as the form's list does; a model without SDPA support takes eager."),
         sources=("attention_not_runnable.infer-flash_attention_2-cpu.log",
                  "attention_not_runnable.infer-flash_attention_2-cpu-transformers457.log"),
     ),

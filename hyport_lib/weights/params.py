@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from hyport_lib.npu_attention.runnable import attention_offered
+from hyport_lib.npu_attention.runnable import attention_offered_to_load
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, dtype_param, param,
                                trust_remote_code_param)
 from hyport_lib.results import TrainedWeights
@@ -36,7 +36,7 @@ class Params(StageParams):
         True, "DeepSpeed zero_to_fp32 on the checkpoint (loads every rank's optimizer states)")
     dtype: str = dtype_param("bfloat16", "dtype of the reload: auto | float32 | bfloat16 | float16", group="Reload")
     attn_implementation: str = attn_implementation_param(
-        attention_offered, doc="attention of the reload (auto: eager), transformers' or hyport's")
+        attention_offered_to_load, doc="attention of the reload (auto: eager), transformers' or hyport's")
     trust_remote_code: bool = trust_remote_code_param(group="Reload")
     reload_timeout_s: float = param(
         600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0, group="Reload")

@@ -18,7 +18,7 @@ from typing import Optional
 
 from hyport_lib.backend import detect_kind
 from hyport_lib.checkpoint_files.findings import Finding, name_some
-from hyport_lib.models.loading import dtype_kwarg, load_processor
+from hyport_lib.models.loading import dtype_kwarg
 from hyport_lib.processes import (Child, describe_exit, last_exception, read_log_tail, read_task_result, run_child,
                                   task_command, task_environ)
 from hyport_lib.proof.tolerance import LOGITS, SAME_WEIGHTS, TOLERANCE, TOP1, compare
@@ -30,11 +30,10 @@ KILL_GRACE_S = 2.0
 POLL_S = 0.05
 #: task -> the function its child runs (``module:function``, imported only there).
 TASK_FUNCTIONS = {
-    "reload": "hyport_lib.weights.reload:reload_in_child",
+    "reload": "hyport_lib.weights.reload_child:reload_in_child",
     "parity": "hyport_lib.weights.reload:parity_in_child",
     "zero": "hyport_lib.weights.zero:consolidate_in_child",
 }
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 PROMPT = "The quick brown fox jumps over the lazy dog. 1 2 3 4 5"
 
@@ -203,54 +202,6 @@ def reload_findings(result: ReloadResult) -> list[Finding]:
         out.append(Finding("processor_failed", here, f"the processor/tokenizer files do not load: "
                                                      f"{result.processor_error}"))
     return out
-
-
-def reload_in_child(spec: dict) -> dict:
-    import torch
-    from transformers import AutoConfig
-
-    path, trust = spec["path"], bool(spec.get("trust_remote_code"))
-    common = {"local_files_only": True, "trust_remote_code": trust}
-    config = AutoConfig.from_pretrained(path, **common)
-    cls = model_class(config, trust_remote_code=trust)  # imported before the timer starts
-    dtype = "auto" if spec["dtype"] == "auto" else getattr(torch, spec["dtype"])
-    started = time.perf_counter()
-    model, info = cls.from_pretrained(path, attn_implementation=spec["attn_implementation"],
-                                      output_loading_info=True, **{dtype_kwarg(): dtype}, **common)
-    load_s = time.perf_counter() - started
-    parameters = sum(p.numel() for p in model.parameters())
-    print("LOAD_OK", model.config.model_type, parameters, flush=True)
-    processor, processor_error = _processor(Path(path), common)
-    import transformers
-
-    arch = (getattr(config, "architectures", None) or [None])[0]
-    fallback = (f"config.json names {arch}, which transformers {transformers.__version__} does "
-                f"not have: loaded {type(model).__name__} through {cls.__name__} from model_type "
-                f"{config.model_type!r} instead" if arch and arch != type(model).__name__
-                and not getattr(config, "auto_map", None) else None)
-    return {
-        "class_fallback": fallback,
-        "model_type": model.config.model_type, "model_class": type(model).__name__,
-        "parameters": int(parameters), "loaded_dtype": str(next(model.parameters()).dtype),
-        "load_s": round(load_s, 3),
-        "missing_keys": sorted(map(str, info.get("missing_keys") or ())),
-        "unexpected_keys": sorted(map(str, info.get("unexpected_keys") or ())),
-        "mismatched_keys": sorted(map(str, info.get("mismatched_keys") or ())),
-        "processor": processor, "processor_error": processor_error,
-    }
-
-
-def _processor(folder: Path, common: dict) -> tuple[Optional[str], Optional[str]]:
-    """The processor (or tokenizer) where the folder has its files, loaded as the stages
-    load it."""
-    if not any((folder / f).is_file() for f in PROCESSOR_FILES + TOKENIZER_FILES):
-        return None, None
-    try:
-        loaded = load_processor(str(folder), trust_remote_code=common["trust_remote_code"])
-    except Exception as exc:  # reported as a finding, the model's result stands
-        return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
-    name = type(loaded.processor).__name__
-    return (f"{name} ({'; '.join(loaded.unavailable)})" if loaded.unavailable else name), None
 
 
 # --------------------------------------------------------------------------- the logits parity

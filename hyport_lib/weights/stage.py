@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.memory.fit import DoesNotFit
-from hyport_lib.npu_attention.runnable import check_attention, resolve_kind
+from hyport_lib.npu_attention.runnable import LOAD, check_attention, resolve_kind
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import INTERRUPTED, SKIP, StageSummary
 from hyport_lib.utils.typed_records import to_mapping
@@ -66,7 +66,7 @@ def plan(params: Params) -> WeightsPlan:
         problems.append("consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is "
                         "none: give checkpoint_path or set consolidate_zero=False")
     try:  # the reload runs on this host: its kind judges the attention
-        check_attention(params.attn_implementation, resolve_kind("auto"))
+        check_attention(params.attn_implementation, resolve_kind("auto"), work=LOAD)
     except ParameterError as exc:
         problems.append(str(exc))
     if problems:

@@ -4,9 +4,12 @@ proof that does not pass keeping eager (with the plan's note) or refusing packin
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.params import ParameterError
 from hyport_lib.proof import choice, swap
 from hyport_lib.proof.choice import GRID, TRAINING, PackingRefused, SwapRefused, choose_attention
 from hyport_lib.proof.swap import AttentionProof
@@ -99,6 +102,36 @@ def test_packing_refusals_say_the_true_cause(monkeypatch):
                  eager_ran=True)
     with pytest.raises(SwapRefused, match="^packing=True needs hyport's attention, which does not compute"):
         choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
+
+
+def test_packing_refuses_an_attention_it_would_not_train_with(proofs):
+    """packing=True trains with hyport's attention: a typo or a name the device cannot run is
+    refused as unpacked, and a runnable name of another kind in one line, never trained
+    silently with hyport's."""
+    tiny = str(ensure_tiny_model())
+    for name, said in (("flahs_attention", "not an attention transformers"),
+                       ("flash_attention_2", "cpu cannot run it (flash-attn is not installed"),
+                       ("flex_attention", "cpu cannot run it (torch's flex_attention has no backward")):
+        with pytest.raises(ParameterError, match=rf"^attn_implementation={name!r}: {re.escape(said)}"):
+            choose_attention(name, "cpu", TRAINING, tiny, _batches("never made"), packing=True)
+    for name in ("sdpa", "hyport_npu_emulated"):
+        with pytest.raises(ParameterError) as refused:
+            choose_attention(name, "cpu", TRAINING, tiny, _batches("never made"), packing=True)
+        assert str(refused.value) == (f"attn_implementation={name!r}: packing=True trains with hyport's attention "
+                                      "(hyport_torch, per sample); use attn_implementation=auto, or packing=False")
+    for name in ("auto", "eager", "hyport_torch"):
+        proofs.append("PASS")
+        packed = choose_attention(name, "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
+        assert (packed.attn_implementation, packed.backend) == ("hyport_torch", "sdpa")
+    assert not proofs
+
+
+def test_flex_attention_on_a_cpu_is_refused_with_the_reason_of_each_runner(proofs):
+    tiny = str(ensure_tiny_model())
+    with pytest.raises(ParameterError, match="failed to compile for the grid's left-padded batch"):
+        choose_attention("flex_attention", "cpu", GRID, tiny, _batches("never made"))
+    with pytest.raises(ParameterError, match="no backward on a CPU, which training needs"):
+        choose_attention("flex_attention", "cpu", TRAINING, tiny, _batches("never made"))
 
 
 def test_a_proof_that_cannot_run_keeps_eager_but_never_packs(proofs):

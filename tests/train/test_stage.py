@@ -43,6 +43,7 @@ def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path
     one = stage.summarize(TrainResult("ok", 0, 1.0, None, empty.plan, MetricsSummary(steps=1), worker,
                                       final_dir=final_weights(worker)))
     assert one.summary.startswith("1 step on "), one.summary  # never "1 steps"
+    assert (one.verdict, one.why) == ("PASS", "1 step, exit code 0, final weights written")
 
 
 def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_path):
@@ -71,3 +72,14 @@ def test_a_stopped_run_says_it_was_interrupted_before_torchrun_exited_never_exit
     # refused by the job's nodes (no exit code, not a Stop): no exit code said as such
     refused = stage.summarize(TrainResult("failed", None, 1.0, "node 1 never joined", stopped.plan))
     assert "no torchrun exit code" in refused.summary and "exit None" not in refused.summary
+
+
+def test_the_results_table_of_a_stopped_run_says_why_it_has_no_exit_code(tmp_path):
+    """The table says what the summary says, never ``None``."""
+    from hyport_lib.train.show import summary_frame
+
+    stopped = stopped_after(tmp_path, 3)
+    table = dict(summary_frame(stopped).values.tolist())
+    assert table["exit code"] == "interrupted before torchrun exited"
+    refused = TrainResult("failed", None, 1.0, "node 1 never joined", stopped.plan)
+    assert dict(summary_frame(refused).values.tolist())["exit code"] == "no torchrun exit code"

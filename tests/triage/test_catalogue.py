@@ -331,6 +331,17 @@ def test_transformers_refusals_of_an_attention_are_recognised_and_the_advice_nam
     assert "eager, sdpa, hyport_torch, hyport_npu_emulated" in data["findings"][0]["action"]
 
 
+def test_the_attention_advice_names_what_each_stage_runs_on_a_cpu():
+    """The advice lists what the plans accept on a CPU: flex_attention for 05's reload only."""
+    from hyport_lib.npu_attention.runnable import attention_choices
+
+    action = next(e for e in CATALOGUE if e.key == "attention_not_runnable").action
+    offered = {name for work in ("load", "generate", "train") for name in attention_choices("cpu", work=work)}
+    assert "flex_attention" in offered
+    assert [name for name in sorted(offered) if name not in action] == []
+    assert "flex_attention in stage 05 (its reload only loads the model)" in action
+
+
 @pytest.mark.slow  # transformers compiles flex_attention's block mask (a C++ compiler starts)
 def test_flex_attention_refused_on_a_cpu_is_recognised():
     line = _refusal_of("flex_attention")

@@ -53,6 +53,24 @@ def test_reload_says_load_ok_with_the_parameter_count(tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_every_attention_offered_for_the_reload_reloads(tiny, tmp_path):
+    """Each name 05's form offers on a CPU is accepted by its plan and loads in the fresh child
+    (hyport's names are registered there first: the child knows only transformers' own)."""
+    from hyport_lib.npu_attention.runnable import attention_choices
+    from hyport_lib.weights import stage
+    from hyport_lib.weights.params import Params
+
+    offered = attention_choices("cpu", work="load")
+    assert {"hyport_torch", "hyport_npu_emulated", "flex_attention"} <= set(offered)
+    for name in offered:
+        stage.plan(Params(weights_path=str(tiny), attn_implementation=name, logits_parity=False,
+                          consolidate_zero=False))
+        attention = "eager" if name == "auto" else name  # as the stage runs it
+        result = reload(tiny, dtype="float32", attn_implementation=attention, log_dir=tmp_path / name)
+        assert result.load_ok and result.attn_implementation == attention, (name, result.reason)
+
+
+@pytest.mark.slow
 def test_missing_keys_load_silently_and_are_findings(tiny, tmp_path):
     """transformers loads a folder that lacks a weight and initialises it at random."""
     folder = tmp_path / "holes"
