@@ -323,6 +323,8 @@ class StageForm:
             return None
         self.namespace.update(params.to_dict())
         self.button.disabled = True
+        if self.run is not None:  # its widgets go with its output
+            self.run.close()
         self.output.outputs = ()
         run_stage = self.run_stage
         stoppable = isinstance(run_stage, StageRunner) and run_stage.stoppable

@@ -10,9 +10,15 @@ so a redrawn progress line does not redraw the plot beside it. A cell run meanwh
 touched.
 
 Stop: the form's Stop button (a widget message) and Kernel → Interrupt (a SIGINT handler
-held while a form run works) set the run's stop event; the stage's next progress call
-raises ``KeyboardInterrupt``, which the stage turns into its partial result. The kernel
-says "busy" while the run works (ipykernel says "idle" once the click's handler returned).
+held between messages while a form run works) set the run's stop event; the stage's next
+progress call raises ``KeyboardInterrupt``, which the stage turns into its partial result.
+The kernel says "busy" while the run works: first after ipykernel's "idle" for the click,
+again at most each second (a cell or a widget message meanwhile ends with the kernel's own
+"idle"), and "idle" at the end unless a cell is under way (its own "idle" follows).
+
+Only the worker thread's output is routed: a thread the stage starts itself does not
+inherit the route (Python 3.11 threads start with an empty context), and what it prints or
+displays goes where a cell's would. No shipped stage shows anything from a thread of its own.
 """
 
 from __future__ import annotations
@@ -59,7 +65,16 @@ class OutputRoute:
             self._clear_on_next = wait
             if not wait:
                 self.area.outputs = ()
-                self.handles = {}
+                self.close()
+
+    def close(self) -> None:
+        """Closes the child Outputs made for display ids (a widget not closed lives as long
+        as the kernel)."""
+        with self._lock:
+            for children in self.handles.values():
+                for child in children:
+                    _close(child)
+            self.handles = {}
 
     def show(self, obj: Any) -> None:
         """``obj`` (a widget, say) as ``display(obj)`` would show it."""
@@ -167,18 +182,26 @@ class _Streams:
                     setattr(sys, name, stream._original)
 
 
+def _in_message_handler(kernel: Any) -> bool:
+    """Whether the kernel's main thread is inside a message handler (a cell that awaits,
+    say): ipykernel sets a SIGINT handler of its own around each handler, keeping the one
+    it replaced in ``saved_sigint_handler`` to put back after; between messages the two are
+    the same (:meth:`_Interrupts.set_between` keeps them so)."""
+    saved = getattr(kernel, "saved_sigint_handler", None)
+    return saved is not None and signal.getsignal(signal.SIGINT) != saved
+
+
 class _Interrupts:
     """Kernel → Interrupt during form runs: one SIGINT handler, which stops every working
-    form run. Set on the kernel's main thread (the only one that gets signals), from its
-    event loop after the click's handler returned (ipykernel puts back the handler it saved
-    around each message handler), and removed the same way when the last run ended; with no
-    run working it does what the handler it replaced did (ipykernel ignores SIGINT between
-    messages). A click's handler may run on a subshell's thread: a handler set or an
-    interrupt awaited there never sees the signal (why, before, the second form run in a
-    kernel could not be stopped)."""
+    form run. It is the kernel's handler between messages (ipykernel ignores SIGINT there),
+    set on the kernel's main thread (the only one that gets signals) from its event loop.
+    That callback may run inside a message handler (ipykernel 7 serves widget messages
+    while a cell awaits): then the handler under way keeps its own, and ours is what it puts
+    back when it returns (``saved_sigint_handler``). Put back the same way when the last run
+    ended; with no run working it does what the one it replaced did."""
 
     runs: set["FormRun"] = set()
-    previous: Any = signal.SIG_IGN
+    previous: Any = signal.SIG_IGN  # the kernel's handler between messages before ours
 
     @classmethod
     def handle(cls, signum: int, frame: Any) -> None:
@@ -193,22 +216,34 @@ class _Interrupts:
             raise KeyboardInterrupt
 
     @classmethod
-    def take(cls, run: "FormRun") -> None:
+    def take(cls, run: "FormRun", kernel: Any) -> None:
         if run.done.is_set():
             return
         cls.runs.add(run)
-        current = signal.getsignal(signal.SIGINT)
-        if current != cls.handle:  # a bound method: equal, not the same object, each time
-            cls.previous = current
-            signal.signal(signal.SIGINT, cls.handle)
+        between = cls.between(kernel)
+        if between != cls.handle:  # a bound method: equal, not the same object, each time
+            cls.previous = between
+            cls.set_between(kernel, cls.handle)
 
     @classmethod
-    def release(cls, run: "FormRun") -> None:
+    def release(cls, run: "FormRun", kernel: Any) -> None:
         cls.runs.discard(run)
-        # not ours now: a message handler under way saved it, and puts it back when it
-        # returns; with no run working, ours then does what the one it replaced did
-        if not cls.runs and signal.getsignal(signal.SIGINT) == cls.handle:
-            signal.signal(signal.SIGINT, cls.previous)
+        if not cls.runs and cls.between(kernel) == cls.handle:  # else someone else's since: theirs
+            cls.set_between(kernel, cls.previous)
+
+    @staticmethod
+    def between(kernel: Any) -> Any:
+        """The kernel's SIGINT handler between messages."""
+        return kernel.saved_sigint_handler if _in_message_handler(kernel) else signal.getsignal(signal.SIGINT)
+
+    @staticmethod
+    def set_between(kernel: Any, handler: Any) -> None:
+        """``handler`` as the kernel's SIGINT handler between messages: what the message
+        handler under way puts back, or (between messages) the one now."""
+        if not _in_message_handler(kernel):
+            signal.signal(signal.SIGINT, handler)
+        if kernel is not None:
+            kernel.saved_sigint_handler = handler
 
 
 class _KernelStatus:
@@ -220,7 +255,7 @@ class _KernelStatus:
 
         self.kernel = getattr(get_ipython(), "kernel", None)
         self.parent = self.kernel.get_parent("shell") if self.kernel is not None else None
-        self.said = 0.0
+        self.said = time.monotonic()  # the first tick a second on: "busy" is said at the start
 
     def say(self, state: str) -> None:
         if self.kernel is None or self.kernel.session is None:
@@ -251,7 +286,7 @@ class FormRun:
         self.done = threading.Event()
         self.result: Any = None
         self.error: Optional[BaseException] = None
-        self.stop_button = None
+        self.stop_button: Optional[StopButton] = None
         if stoppable:
             self.stop_button = StopButton(on_stop=lambda: self.stop("■ Stop"))
         self._status = _KernelStatus()
@@ -264,22 +299,36 @@ class FormRun:
         return self._thread.is_alive() and not self.done.is_set()
 
     def start(self) -> "FormRun":
-        """From the click's handler (the kernel's main thread, or the subshell JupyterLab
-        sends widget messages on): returns at once."""
+        """From the click's handler (the kernel's main thread, or a subshell's): returns at once."""
         if self.stop_button is not None:
             self.route.show(self.stop_button)
         _Streams.take()
         self._on_main_thread = _main_thread_scheduler(self._status.kernel)
-        if self._on_main_thread is not None:  # after the click's handler returned
-            self._on_main_thread(_Interrupts.take, self)
+        if self._on_main_thread is not None:  # after the click's handler returned (on the main shell)
+            self._on_main_thread(self._begin)
         self._thread.start()
         return self
 
     def stop(self, how: str) -> None:
-        """Asks the stage to stop at its next progress call."""
-        if not self.stopping.is_set():
-            self.stopped_by = how
-            self.stopping.set()
+        """Asks the stage to stop at its next progress call; the Stop button says "stopping…"."""
+        if self.stopping.is_set():
+            return
+        self.stopped_by = how
+        self.stopping.set()
+        if self.stop_button is not None and not self.done.is_set():
+            # from a SIGINT handler too: the widget's message is sent from the event loop,
+            # never from inside whatever the signal interrupted
+            if self._on_main_thread is not None:
+                self._on_main_thread(self.stop_button.mark_stopping)
+            else:
+                self.stop_button.mark_stopping()
+
+    def close(self) -> None:
+        """Closes the widgets the run made (its Stop button, the display ids' Outputs):
+        before its output is cleared, once it ended."""
+        if self.stop_button is not None:
+            _close(self.stop_button)
+        self.route.close()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Whether the run ended within ``timeout`` seconds."""
@@ -298,12 +347,29 @@ class FormRun:
 
         return checked
 
+    def _begin(self) -> None:
+        """On the kernel's main thread: Kernel → Interrupt taken, "busy" said (after the
+        kernel's "idle" for the click)."""
+        if self.done.is_set():  # ended already: _finish follows
+            return
+        _Interrupts.take(self, self._status.kernel)
+        self._status.say("busy")
+
+    def _finish(self) -> None:
+        """On the kernel's main thread: Kernel → Interrupt put back with the last run, and
+        "idle" said unless another run works or a cell is under way (its "idle" follows)."""
+        kernel = self._status.kernel
+        _Interrupts.release(self, kernel)
+        if not _Interrupts.runs and not _in_message_handler(kernel):
+            self._status.say("idle")
+
     def _run(self) -> None:
         _ROUTE.set(self.route)
         publisher = _display_publisher()
         if publisher is not None:
             publisher.register_hook(self.route.message)  # this thread's displays only
-        self._status.say("busy")
+        if self._on_main_thread is None:  # not in a kernel's event loop: said from here
+            self._status.say("busy")
         try:
             try:
                 self.result = self.work(self.watch)
@@ -319,8 +385,11 @@ class FormRun:
                 publisher.unregister_hook(self.route.message)
             _Streams.release()
             if self._on_main_thread is not None:
-                self._on_main_thread(_Interrupts.release, self)  # before ``done``: waiters see it
-            self._status.say("idle")
+                # soon after ``done``, once the main thread is free: a cell that waits for the
+                # run (on the main thread) must not wait for this
+                self._on_main_thread(self._finish)
+            else:
+                self._status.say("idle")
             self.done.set()
 
     def ending(self) -> str:
@@ -330,11 +399,18 @@ class FormRun:
         return "finished" if self.error is None else f"ended: {type(self.error).__name__}"
 
 
+def _close(widget: Any) -> None:
+    """``widget`` closed, with its ``layout`` (a widget of its own, which ``close`` leaves open)."""
+    widget.close()
+    widget.layout.close()
+
+
 def _main_thread_scheduler(kernel: Any) -> Optional[Callable[..., None]]:
     """A thread-safe way to call a function on the kernel's main thread (signal handlers
-    are set there only): its event loop. JupyterLab 4.6 sends widget messages on a kernel
-    subshell, whose handlers run in a thread of their own, so the click's thread will not
-    do. Outside a kernel, the running event loop of the main thread; else None."""
+    are set there only): its event loop. The click's thread will not always do: ipykernel
+    7.4 sends a comm's messages to the subshell that last published on it (``Comm.
+    _reply_subshell_for``), whose handlers run in a thread of their own. Outside a kernel,
+    the running event loop of the main thread; else None."""
     io_loop = getattr(kernel, "io_loop", None)
     if io_loop is not None:
         return io_loop.add_callback

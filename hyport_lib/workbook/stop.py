@@ -176,13 +176,22 @@ class StopButton(anywidget.AnyWidget):
     def __init__(self, on_stop: Optional[Callable[[], None]] = None, **kwargs: Any):
         super().__init__(kernel_id=kernel_id(), mode="message" if on_stop else "interrupt", **kwargs)
         self._on_stop = on_stop
+        self._state_lock = threading.Lock()  # "stopping" (main thread) never overwrites "done" (the run's)
         if on_stop is not None:
             self.on_msg(self._clicked)
 
     def _clicked(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("event") == "stop" and self.state == "ready":
-            self.state = "stopping"
+        if isinstance(content, dict) and content.get("event") == "stop" and self.mark_stopping():
             self._on_stop()
+
+    def mark_stopping(self) -> bool:
+        """The button says "stopping…" (a stop was asked, by a click or Kernel → Interrupt);
+        False when it was not ready (stopping already, or retired)."""
+        with self._state_lock:
+            if self.state != "ready":
+                return False
+            self.state = "stopping"
+            return True
 
     def show(self) -> "StopButton":
         """Displayed, except under ``hyport report`` (headless: nothing can click it)."""
@@ -194,8 +203,9 @@ class StopButton(anywidget.AnyWidget):
 
     def retire(self, note: str) -> None:
         """The run ended: the button is disabled (and looks it), ``note`` beside it."""
-        self.state = "done"
-        self.note = note
+        with self._state_lock:
+            self.state = "done"
+            self.note = note
 
     def watch(self, on_progress: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
         """``on_progress`` that also retires the button once the run ended, saying how."""

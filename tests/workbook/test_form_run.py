@@ -24,7 +24,7 @@ from hyport_lib.params import StageParams, param
 from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary
 from hyport_lib.workbook import form as form_module
 from hyport_lib.workbook.form import running_line, stage_form, stage_runner
-from hyport_lib.workbook.form_run import _Interrupts
+from hyport_lib.workbook.form_run import _ROUTE, _Interrupts
 
 WAIT_S = 60  # a guard against a hang, never a timing under test
 
@@ -271,8 +271,8 @@ def test_kernel_interrupt_stops_a_form_run_and_the_sigint_handler_is_put_back(ke
 
 
 def test_a_click_handled_on_a_subshell_thread_still_takes_kernel_interrupt(kernel, recorded):
-    # JupyterLab 4.6 sends widget messages on a kernel subshell: the click's handler runs in
-    # a thread of its own, and only the main thread gets SIGINT
+    # ipykernel 7.4 sends a comm's messages to the subshell that last published on it: the
+    # click's handler may run in a thread of its own, and only the main thread gets SIGINT
     from tornado.ioloop import IOLoop
 
     gate = threading.Event()
@@ -316,3 +316,164 @@ def test_the_kernel_says_busy_while_a_form_run_works_and_idle_when_it_ended(kern
     assert run.wait(WAIT_S)
     states = [(m["content"]["execution_state"], m["parent"]) for m in kernel.sent if m["type"] == "status"]
     assert states == [("busy", "click-1"), ("idle", "click-1")]  # as the reply to the click
+
+
+def _on_a_loop(scenario):
+    """``scenario()`` on an event loop as the kernel's (asyncio.run would put a SIGINT handler of its own)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+
+
+@pytest.fixture
+def between_messages():
+    """SIGINT ignored, as ipykernel has it between messages; put back after."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_run_started_while_a_cell_awaits_is_stopped_by_kernel_interrupt_after_the_cell(
+        kernel, recorded, between_messages):
+    # ipykernel 7 serves widget messages while a cell awaits: the run's main-thread callback
+    # runs inside the cell's message handler, whose SIGINT handler is put back when it returns
+    from ipykernel.kernelbase import Kernel
+
+    ipykernel = InteractiveShell.instance().kernel
+    gate = threading.Event()
+    form = stage_form(Demo, {}, stage_runner(_stage(gate=gate), progress=lambda p: None))
+
+    async def scenario():
+        Kernel.pre_handler_hook(ipykernel)  # a cell starts, and awaits
+        run = form.submit()  # the click, served meanwhile
+        await asyncio.sleep(0)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # still the cell's
+        Kernel.post_handler_hook(ipykernel)  # the cell ended
+        assert signal.getsignal(signal.SIGINT) == _Interrupts.handle
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait, WAIT_S)
+        signal.raise_signal(signal.SIGINT)  # Kernel → Interrupt
+        assert await asyncio.get_running_loop().run_in_executor(None, run.wait, WAIT_S)
+        await asyncio.sleep(0)
+        return run
+
+    run = _on_a_loop(scenario)
+    assert run.stopped_by == "Kernel → Interrupt" and len(recorded) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_two_runs_one_started_while_a_cell_awaits_leave_sigint_ignored_between_messages(
+        kernel, recorded, between_messages):
+    from ipykernel.kernelbase import Kernel
+
+    ipykernel = InteractiveShell.instance().kernel
+    gates = [threading.Event(), threading.Event()]
+    forms = [stage_form(Demo, {}, stage_runner(_stage(gate=gate), progress=lambda p: None)) for gate in gates]
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        first = forms[0].submit()  # between messages
+        await asyncio.sleep(0)
+        Kernel.pre_handler_hook(ipykernel)  # a cell awaits
+        second = forms[1].submit()
+        await asyncio.sleep(0)
+        Kernel.post_handler_hook(ipykernel)
+        assert signal.getsignal(signal.SIGINT) == _Interrupts.handle
+        for gate in gates:
+            await loop.run_in_executor(None, gate.wait, WAIT_S)
+        signal.raise_signal(signal.SIGINT)  # stops both
+        for run in (first, second):
+            assert await loop.run_in_executor(None, run.wait, WAIT_S)
+        await asyncio.sleep(0)
+        return first, second
+
+    runs = _on_a_loop(scenario)
+    assert [run.stopped_by for run in runs] == ["Kernel → Interrupt"] * 2 and len(recorded) == 2
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # not the cell's, left behind
+
+
+def test_busy_is_said_after_the_clicks_handler_and_idle_never_while_a_cell_works(kernel, between_messages):
+    from ipykernel.kernelbase import Kernel
+
+    ipykernel = InteractiveShell.instance().kernel
+    started, release = threading.Event(), threading.Event()
+
+    def work(params):
+        started.set()
+        release.wait(WAIT_S)
+        return StageSummary(verdict="PASS", summary="done")
+
+    form = stage_form(Demo, {}, work)
+
+    def states():
+        return [m["content"]["execution_state"] for m in kernel.sent if m["type"] == "status"]
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        run = form.submit()  # the click's handler: the kernel says "idle" when it returned
+        assert started.wait(WAIT_S)
+        assert states() == []  # nothing before that "idle"
+        await asyncio.sleep(0)
+        assert states() == ["busy"]
+        Kernel.pre_handler_hook(ipykernel)  # a cell starts, and awaits
+        release.set()
+        assert await loop.run_in_executor(None, run.wait, WAIT_S)
+        await asyncio.sleep(0)
+        assert states() == ["busy"]  # no "idle" while the cell works: its own comes at its end
+        Kernel.post_handler_hook(ipykernel)
+
+    _on_a_loop(scenario)
+
+
+def test_kernel_interrupt_makes_the_stop_button_say_stopping(kernel, recorded, between_messages):
+    holding, hold = threading.Event(), threading.Event()
+
+    def progress(params):
+        def shown(p):
+            if p.done == 1:  # the stage is busy within its step 1
+                holding.set()
+                hold.wait(WAIT_S)
+        return shown
+
+    form = stage_form(Demo, {}, stage_runner(_stage(), progress=progress))
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        run = form.submit()
+        await asyncio.sleep(0)
+        await loop.run_in_executor(None, holding.wait, WAIT_S)
+        signal.raise_signal(signal.SIGINT)  # Kernel → Interrupt
+        await asyncio.sleep(0)
+        assert run.stop_button.state == "stopping"  # before the stage took the stop
+        hold.set()
+        assert await loop.run_in_executor(None, run.wait, WAIT_S)
+        await asyncio.sleep(0)
+        return run
+
+    run = _on_a_loop(scenario)
+    assert run.stopped_by == "Kernel → Interrupt" and run.stop_button.state == "done"
+
+
+def test_a_clear_closes_the_outputs_it_drops_and_the_next_run_closes_the_last_ones_widgets(kernel):
+    children = []
+
+    def run(params):
+        LiveDisplay(min_interval_s=0).update("step 1")  # a display id: a child Output
+        display("kept", display_id="cleared")
+        children.extend(child for shown in _ROUTE.get().handles.values() for child in shown)
+        clear_output()
+        return StageSummary(verdict="PASS", summary="done")
+
+    assert stage_form(Demo, {}, run).submit().wait(WAIT_S)
+    assert len(children) == 2 and all(child.comm is None and child.layout.comm is None for child in children)
+
+    form = stage_form(Demo, {}, stage_runner(_stage(), progress=lambda p: None))
+    runs = []
+    for _ in range(2):
+        run = form.submit()
+        run.stop("■ Stop")
+        assert run.wait(WAIT_S)
+        runs.append(run)
+    assert runs[0].stop_button.comm is None and runs[0].stop_button.layout.comm is None  # by the second submit
+    assert runs[1].stop_button.comm is not None  # the latest run's stays, shown
