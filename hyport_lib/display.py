@@ -198,8 +198,10 @@ class LiveDisplay:
         """Would :meth:`update` refresh now (nothing shown yet, or the interval passed)?"""
         return self._handle is None or time.monotonic() - self._last >= self.min_interval_s
 
-    def update(self, obj: Any, force: bool = False) -> bool:
-        """Show ``obj``; returns True when the display was actually refreshed."""
+    def update(self, obj: Any, force: bool = False, started: Optional[float] = None) -> bool:
+        """Show ``obj``; returns True when the display was actually refreshed. ``started``
+        (``time.monotonic()`` when ``obj`` began to be made): the interval counts from then, so
+        a picture that takes a second to draw on a loaded host is still redrawn every interval."""
         from IPython.display import display
 
         if not force and not self.due():
@@ -208,7 +210,7 @@ class LiveDisplay:
             self._handle = display(obj, display_id=True)
         else:
             self._handle.update(obj)
-        self._last = time.monotonic()
+        self._last = time.monotonic() if started is None else started
         return True
 
 

@@ -98,3 +98,32 @@ def test_a_column_of_numbers_and_text_sorts_its_missing_values_last():
     order = list(D.explore(frame, "x", descending=False)["x"])
     assert order[:3] == [1, 3, "a"]  # as text: "1" < "3" < "a"
     assert all(v is None or v != v for v in order[3:])  # both missing ones last
+
+
+def test_a_picture_slow_to_draw_does_not_stretch_the_redraw_interval(monkeypatch):
+    """The interval counts from when the picture began to be made: drawn in 0.8 s every 2 s,
+    not every 2.8 s."""
+    import hyport_lib.display as display_module
+    from IPython import display as ipython_display
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    clock = [100.0]
+    monkeypatch.setattr(display_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ipython_display, "display", lambda obj, display_id=None: shown.append(obj) or Handle())
+    live = display_module.LiveDisplay(min_interval_s=2.0)
+    for picture in ("first", "second"):
+        started = clock[0]
+        clock[0] += 0.8  # drawing it
+        assert live.update(picture, started=started)
+        clock[0] += 1.2  # 2 s after the drawing began
+        assert live.due()
+    assert shown == ["first", "second"]
+    plain = display_module.LiveDisplay(min_interval_s=2.0)  # without started: from the end
+    plain.update("third")
+    clock[0] += 1.2
+    assert not plain.due()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import math
 import shlex
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -143,7 +144,8 @@ class LiveTrainingDisplay:
             return  # drawing a PNG costs more than the check: only when it will be shown
         label = progress.provenance.label if progress.provenance else ""
         title = " · ".join(t for t in (self.title, label) if t)
-        self.plot.update(figure_png(loss_figure(progress.records, None, title)), force=True)
+        started = time.monotonic()
+        self.plot.update(figure_png(loss_figure(progress.records, None, title)), force=True, started=started)
         self._drawn_steps = steps
 
 
