@@ -565,6 +565,14 @@ def _hide_left_sidebar(page) -> None:
     page.locator("#jp-left-stack").wait_for(state="hidden", timeout=10_000)
 
 
+def _long_training(lab: Lab, name: str, steps: int) -> tuple[Path, Path]:
+    """A copy of 04 training on the CPU for ``steps`` steps (far more than it is let run),
+    saving only at the end, into ``name`` under the module's scratch folder."""
+    out = lab.scratch / name
+    return out, copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
+                              {"device": "cpu", "max_steps": steps, "save_steps": steps, "output_dir": str(out)})
+
+
 #: Far more steps than the run lasts: it ends by the Stop button only.
 STOP_STEPS = 5000
 
@@ -572,10 +580,7 @@ STOP_STEPS = 5000
 def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
     import psutil
 
-    out = lab.scratch / "train-stop"
-    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
-                         {"device": "cpu", "max_steps": STOP_STEPS, "save_steps": STOP_STEPS,
-                          "output_dir": str(out)})
+    out, path = _long_training(lab, "train-stop", STOP_STEPS)
     index = _train_cell_index(json.loads(path.read_text()))
     started = time.time()
     with notebook_page(lab) as (page, network):
@@ -885,10 +890,7 @@ LIVE_STEPS = 2000
 
 
 def test_04_form_run_is_live_and_stopped_by_its_stop_button(lab, tmp_path):
-    out = lab.scratch / "train-form-live"
-    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
-                         {"device": "cpu", "max_steps": LIVE_STEPS, "save_steps": LIVE_STEPS,
-                          "output_dir": str(out)})
+    out, path = _long_training(lab, "train-form-live", LIVE_STEPS)
     with notebook_page(lab, SCREENSHOT_VIEWPORT) as (page, network):
         open_notebook(page, lab.server, path.name)
         _run_up_to_the_form(page, json.loads(path.read_text()))

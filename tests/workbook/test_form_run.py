@@ -245,11 +245,7 @@ def test_kernel_interrupt_stops_a_form_run_and_the_sigint_handler_is_put_back(ke
         assert signal.getsignal(signal.SIGINT) is before  # not inside the click's handler
         await asyncio.sleep(0)
         assert signal.getsignal(signal.SIGINT) == _Interrupts.handle
-        await asyncio.get_running_loop().run_in_executor(None, gate.wait, WAIT_S)
-        signal.raise_signal(signal.SIGINT)  # Kernel → Interrupt
-        assert await asyncio.get_running_loop().run_in_executor(None, run.wait, WAIT_S)
-        await asyncio.sleep(0)
-        return run
+        return await _interrupted_once_working(gate, run)
 
     def on_a_loop():  # as the kernel's (asyncio.run would put a SIGINT handler of its own)
         loop = asyncio.new_event_loop()
@@ -318,6 +314,15 @@ def test_the_kernel_says_busy_while_a_form_run_works_and_idle_when_it_ended(kern
     assert states == [("busy", "click-1"), ("idle", "click-1")]  # as the reply to the click
 
 
+async def _interrupted_once_working(gate, run):
+    """Kernel → Interrupt once the stage works (``gate`` set by it); ``run`` once it ended."""
+    await asyncio.get_running_loop().run_in_executor(None, gate.wait, WAIT_S)
+    signal.raise_signal(signal.SIGINT)  # Kernel → Interrupt
+    assert await asyncio.get_running_loop().run_in_executor(None, run.wait, WAIT_S)
+    await asyncio.sleep(0)
+    return run
+
+
 def _on_a_loop(scenario):
     """``scenario()`` on an event loop as the kernel's (asyncio.run would put a SIGINT handler of its own)."""
     loop = asyncio.new_event_loop()
@@ -352,11 +357,7 @@ def test_a_run_started_while_a_cell_awaits_is_stopped_by_kernel_interrupt_after_
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # still the cell's
         Kernel.post_handler_hook(ipykernel)  # the cell ended
         assert signal.getsignal(signal.SIGINT) == _Interrupts.handle
-        await asyncio.get_running_loop().run_in_executor(None, gate.wait, WAIT_S)
-        signal.raise_signal(signal.SIGINT)  # Kernel → Interrupt
-        assert await asyncio.get_running_loop().run_in_executor(None, run.wait, WAIT_S)
-        await asyncio.sleep(0)
-        return run
+        return await _interrupted_once_working(gate, run)
 
     run = _on_a_loop(scenario)
     assert run.stopped_by == "Kernel → Interrupt" and len(recorded) == 1
