@@ -643,9 +643,8 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
 
 
 # Every field of a form, from the page: its label's text and title, whether the label is cut
-# (wider than its box, or an ellipsis), and the title of its control: on the input itself,
-# except a number box's, which ipywidgets 8.1 puts on the box's own <label> (hidden: the
-# label shown is ours, which carries it too).
+# (wider than its box, or an ellipsis), the title of its control (on the input itself) and
+# whether the control is right-aligned (a number's box).
 FIELDS_SHOWN = """(form, names) => names.map(name => {
     const field = form.querySelector('.hyport-field-' + name);
     if (!field) return {name, missing: true};
@@ -655,9 +654,8 @@ FIELDS_SHOWN = """(form, names) => names.map(name => {
     const cut = [label, label.querySelector('.widget-html-content'), text].some(el =>
         el.scrollWidth > el.clientWidth || getComputedStyle(el).textOverflow === 'ellipsis');
     return {name, text: text.textContent, title: text.getAttribute('title'), cut,
-            control_title: control.type === 'number'
-                ? control.parentElement.querySelector(':scope > label').getAttribute('title')
-                : control.getAttribute('title'),
+            control_title: control.getAttribute('title'),
+            right_aligned: getComputedStyle(control).textAlign === 'right',
             visible: text.getBoundingClientRect().width > 0};
 })"""
 
@@ -695,6 +693,8 @@ def test_04_form_full_labels_tooltips_sections_and_run_all_keeps_typed_values(la
             assert seen.get("missing") is None and seen["visible"], seen
             assert seen["text"] == f.name and not seen["cut"], seen
             assert seen["title"] == f.spec.doc and seen["control_title"] == f.spec.doc, seen
+            number_box = f.kind in ("int", "float") and not f.spec.choices
+            assert seen["right_aligned"] == number_box, seen  # a number's box reads as one
 
         # a combination is checked as soon as it is set, with the command line's line
         with pytest.raises(ParameterError) as refused:
