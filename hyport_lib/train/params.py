@@ -75,11 +75,12 @@ class Params(StageParams):
     lr_scheduler_type: str = param("cosine", "learning-rate schedule (transformers' SchedulerType)",
                                    choices=LR_SCHEDULERS, group="Training")
     warmup_steps: int = param(0, "steps of learning-rate warm-up", min=0, group="Training")
-    # batch size, sequence length and precision: LLaMA-Factory's board shows them up front
-    per_device_train_batch_size: int = param(1, "rows per process and micro-batch (the seed's 1)", min=1)
+    per_device_train_batch_size: int = param(1, "rows per process and micro-batch (the seed's 1)", min=1,
+                                             group="Training")
     gradient_accumulation_steps: int = param(1, "micro-batches per optimizer step (the seed's 1)", min=1,
                                              group="Training")
-    max_seq_len: int = param(512, "tokens per sample and per packed row (LLaMA-Factory's cutoff_len)", min=16)
+    max_seq_len: int = param(512, "tokens per sample and per packed row (LLaMA-Factory's cutoff_len)", min=16,
+                             group="Data")
     packing: bool = param(True, "several samples per row, attention kept per sample; False: one padded "
                           "sample per row", group="Data")
     overflow: str = param("truncate", "a sample longer than max_seq_len: truncate | drop",
@@ -99,7 +100,7 @@ class Params(StageParams):
                              'layer of the language model)', nonempty=True, presets=("q_proj,v_proj", "all"),
                              group="LoRA")
     precision: str = param("auto", "auto (bf16 where supported, else fp32) | bf16 | fp16 | fp32",
-                           choices=("auto", "bf16", "fp16", "fp32"))
+                           choices=("auto", "bf16", "fp16", "fp32"), group="Training")
     loss_scale: float = param(0.0, "fp16's static loss scale (precision fp16 only); 0: dynamic", min=0,
                               group="Training")
     gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)",
