@@ -3,9 +3,9 @@ own (the full name, its doc as the page's tooltip), the control its kind asks fo
 line under it for its error.
 
 - a ``choices`` field: a dropdown; a bool: a checkbox; a list or dict: YAML in a text area;
-- an int or a float: a number box (never a bounded one: it would clamp 70000 to 65535
-  silently, where the check says the range), with a "None" checkbox beside it when None
-  is accepted;
+- an int or a float: a number box that keeps what is typed, read as the command line
+  reads it (neither clamped nor rewritten: the check says what is wrong), with a "None"
+  checkbox beside it when None is accepted;
 - a text with presets (what hyport ships, checkpoints found, a dataset_info.json's
   entries): a combo box; other text: a text box ("None" typed is None, as on the command
   line).
@@ -18,7 +18,6 @@ given for the check to name. Text is read as the command line reads it
 from __future__ import annotations
 
 import html
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +26,14 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 
 from hyport_lib.params import Field, ParameterError, parse_text
-from hyport_lib.utils.values import as_float, as_int
 
 #: The labels' column: the longest name (``per_device_train_batch_size``) wraps once, at
 #: an underscore, never cut.
 LABEL_WIDTH = "15em"
 _TEXT_WIDTH = "36em"
 _NUMBER_WIDTH = "12em"
+#: The class of a number box, and the look it gets from :func:`form_style`.
+NUMBER_CLASS = "hyport-number"
 #: Typed values reach the kernel (and the live check) on Enter or when the box is left,
 #: not on every key.
 _ON_BLUR = {"continuous_update": False}
@@ -42,6 +42,15 @@ _ON_BLUR = {"continuous_update": False}
 def error_html(text: str) -> str:
     """A one-line error in red, shown as text (never as markup)."""
     return f"<span style='color:#c62828'>{html.escape(text)}</span>"
+
+
+def form_style():
+    """The form's own CSS, in a hidden HTML widget (a ``<style>`` applies though hidden):
+    a number box reads as one, its digits right-aligned and in columns."""
+    import ipywidgets as widgets
+
+    css = f".{NUMBER_CLASS} input {{ text-align: right; font-variant-numeric: tabular-nums; }}"
+    return widgets.HTML(value=f"<style>{css}</style>", layout={"display": "none"})
 
 
 def as_text(f: Field, value: Any) -> str:
@@ -173,9 +182,7 @@ def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tu
         if flag is not None:
             return widgets.Checkbox(value=flag, indent=False, layout={"width": "auto"}, **common), None
     if f.kind in ("int", "float"):
-        number = _as_number(f, value)
-        if number is not None or (value is None and f.optional):
-            return _number_box(f, number, common)
+        return _number_box(f, value, common)
     if f.kind in ("list", "dict"):
         return widgets.Textarea(value=as_text(f, value), layout={"width": _TEXT_WIDTH, "height": "4.5em"},
                                 **_ON_BLUR, **common), None
@@ -187,19 +194,27 @@ def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tu
     return widgets.Text(value=as_text(f, value), placeholder=placeholder, layout=width, **_ON_BLUR, **common), None
 
 
-def _number_box(f: Field, number: Any, common: dict) -> tuple[Any, Any]:
-    """An unbounded number box; for an optional number a "None" box beside it, ticked when
-    the value is None (the number box is then greyed). A number typed unticks it."""
+def _number_box(f: Field, value: Any, common: dict) -> tuple[Any, Any]:
+    """A number box showing ``value``; for an optional number a "None" box beside it, ticked
+    when the value is None (the number box is then greyed). A number typed unticks it.
+
+    A text box, read by :func:`parse_text` as the command line reads ``--save-steps 1e3``,
+    classed to look as a number box (:func:`form_style`): ipywidgets' IntText and FloatText
+    rewrite what is typed in the page (IntText drops the keys ``e``, ``.`` and ``,`` and reads
+    with ``parseInt``: "1e3" becomes 13 and "2.5" 25, silently; both round an integer beyond
+    2**53), and a FloatText hands 0 over as 0.0, so that the check's line would not be the
+    command line's. ipywidgets sets no ``inputmode`` on an input: a phone shows its text
+    keyboard."""
     import ipywidgets as widgets
 
-    box_class = widgets.IntText if f.kind == "int" else widgets.FloatText
-    shown = number if number is not None else _placeholder_number(f)
-    box = box_class(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
+    shown = _placeholder_number(f) if value is None else as_text(f, value)
+    box = widgets.Text(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
+    box.add_class(NUMBER_CLASS)
     if not f.optional:
         return box, None
-    none = widgets.Checkbox(value=number is None, description="None", indent=False, layout={"width": "auto"})
+    none = widgets.Checkbox(value=value is None, description="None", indent=False, layout={"width": "auto"})
     none.add_class("hyport-none")
-    box.disabled = number is None
+    box.disabled = value is None
 
     def on_none(change: dict) -> None:
         box.disabled = change["new"]
@@ -209,23 +224,11 @@ def _number_box(f: Field, number: Any, common: dict) -> tuple[Any, Any]:
     return box, none
 
 
-def _placeholder_number(f: Field) -> Any:
+def _placeholder_number(f: Field) -> str:
     """What an optional number's box shows while None is ticked: the lowest value it takes."""
     spec = f.spec
     low = spec.min if spec.min is not None else (spec.min_exclusive + 1 if spec.min_exclusive is not None else 0)
-    return int(low) if f.kind == "int" else float(low)
-
-
-def _as_number(f: Field, value: Any) -> Any:
-    """``value`` as an int or float box holds it (bounds aside: the check says them), or
-    None where it is no finite number (a bool is none either)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = (as_int if f.kind == "int" else as_float)(f.name, value)
-    except ValueError:
-        return None
-    return number if f.kind == "int" or math.isfinite(number) else None
+    return str(int(low) if f.kind == "int" else float(low))
 
 
 def _as_read(f: Field, value: Any) -> Any:

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping, Optional, Sequence
 
 from hyport_lib.display import verdict_label
-from hyport_lib.params import GROUPS, ParameterError, StageParams, grouped_fields, parameter_fields
+from hyport_lib.params import GROUPS, Field, ParameterError, StageParams, grouped_fields, parameter_fields
 from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.workbook.controls import (LABEL_WIDTH, FormField, dropdown_options, error_html, field_row,
-                                          is_model_field)
+                                          form_style, is_model_field)
 from hyport_lib.workbook.form_run import FormRun
 from hyport_lib.workbook.stop import run_stoppable
 from hyport_lib.utils.wording import counted
@@ -43,9 +43,9 @@ ENTRY_OF = {"dataset": "dataset_path"}
 #: A dataset_info.json lists entries (a few KB); a larger file offers none.
 _MAX_INFO_BYTES = 2**20
 
-#: A problem's parameter: the text before ``=`` or ``:`` that opens it
-#: (``max_steps=-3: expected ...``, ``dataset: no such entry``).
-_PROBLEM_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*[=:]")
+#: A problem's parameter: the text before ``=`` or ``:`` that opens it, an item's index
+#: aside (``max_steps=-3: expected ...``, ``dataset: no such entry``, ``batch_prompts[0]=...``).
+_PROBLEM_NAME = re.compile(r"^\s*([A-Za-z_]\w*)(?:\[[^\]]*\])?\s*[=:]")
 
 #: What was typed into each stage's form in this kernel, by ``Params`` class and field: a
 #: Run All runs the ``parameters`` cell again, and the form built next keeps these values.
@@ -105,6 +105,17 @@ def _same(typed: Any, given: Any) -> bool:
     return typed == given and isinstance(typed, bool) == isinstance(given, bool)
 
 
+def _same_value(f: Field, typed: Any, given: Any) -> bool:
+    """Whether ``typed`` and ``given`` mean the same for ``f``, as the parameter reads them:
+    a form run writes the values it ran back into the namespace read (``~`` expanded, ``7``
+    for a float 7.0), and such a value is no change of the ``parameters`` cell. A value
+    either cannot read is compared as it is."""
+    try:
+        return _same(f.convert(typed), f.convert(given))
+    except ParameterError:
+        return _same(typed, given)
+
+
 class StageForm:
     """Built by :func:`stage_form`. "Run stage" checks every field and, when they hold,
     writes them back into ``namespace`` (the notebook's ``globals()``: cells run later see
@@ -129,9 +140,15 @@ class StageForm:
         self.models_folder = None  # the "models folder" box, on a form with a model field
         self._models_folder_text = models_folder
         self._problems_status = None  # what the last check wrote into the status
-        cell = {f.name: namespace.get(f.name, f.default) for f in parameter_fields(params_class)}
+        self._offering = False  # True while options are offered anew: a value changed then is no one's typing
+        self._sections: dict[str, Any] = {}  # the folded section of each field in one
+        fields = {f.name: f for f in parameter_fields(params_class)}
+        # what the parameters cell (the namespace) gave, every field: what Reset goes back to
+        self.cell = {name: namespace.get(name, f.default) for name, f in fields.items()}
+        cell = self.cell
         typed = TYPED_VALUES.get(params_class, {})
-        kept = {name: value for name, value in typed.items() if name in cell and not _same(value, cell[name])}
+        kept = {name: value for name, value in typed.items()
+                if name in cell and not _same_value(fields[name], value, cell[name])}
         self.cell_values = {name: cell[name] for name in kept}  # what the parameters cell says of them
         namespace.update(kept)  # the cells below run with what the form shows
 
@@ -150,7 +167,7 @@ class StageForm:
         self.body = widgets.VBox(self._build({**cell, **kept}))
         self._say_kept()
         heading = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
-        self.widget = widgets.VBox(heading + [self.kept_line, self.body,
+        self.widget = widgets.VBox(heading + [form_style(), self.kept_line, self.body,
                                               widgets.HBox([self.button, self.status]), self.output])
         self.widget.add_class("hyport-form")
         if kept:
@@ -161,7 +178,9 @@ class StageForm:
         import ipywidgets as widgets
 
         self.fields = {}
+        self._sections = {}
         parts = []
+        models_row = False  # the "models folder" row, once, under the first model field
         for group, fields in grouped_fields(self.params_class):
             rows = []
             for f in fields:
@@ -170,14 +189,16 @@ class StageForm:
                 self.fields[f.name] = row
                 row.on_change(lambda name=f.name: self._on_change(name))
                 rows.append(row.widget)
-                if is_model_field(f) and self.models_folder is None:
+                if is_model_field(f) and not models_row:
                     rows.append(self._models_folder_row(self._models_folder_text))
+                    models_row = True
             if not group:
                 parts.extend(rows)
                 continue
             section = widgets.Accordion(children=[widgets.VBox(rows)], titles=(group,), selected_index=None)
             section.add_class(f"hyport-section-{GROUPS.index(group)}")
             section.add_class("hyport-section")
+            self._sections.update({f.name: section for f in fields})
             parts.append(section)
         for entry, source in ENTRY_OF.items():
             if entry in self.fields and source in self.fields:
@@ -190,7 +211,10 @@ class StageForm:
 
     def _on_change(self, name: str) -> None:
         """Remember what was typed; offer again what follows the values (what ``device`` can
-        run); check the values as Run would (the errors under their fields)."""
+        run); check the values as Run would (the errors under their fields). A value changed
+        by the offer itself is none of these: the change typed is checked once offered."""
+        if self._offering:
+            return
         TYPED_VALUES.setdefault(self.params_class, {})[name] = self.fields[name].typed()
         self._offer_again(name)
         if self.check() is not None and self.status.value == self._problems_status:
@@ -207,8 +231,12 @@ class StageForm:
                 continue
             options, shown = dropdown_options(row.field, row.field.spec.offered(values), row.control.value)
             if list(row.control.options) != options:
-                row.control.options = options  # ipywidgets picks the first option here
-                row.control.value = shown
+                self._offering = True
+                try:
+                    row.control.options = options  # ipywidgets picks the first option here
+                    row.control.value = shown
+                finally:
+                    self._offering = False
 
     def _say_kept(self) -> None:
         cell = self.cell_values
@@ -218,13 +246,12 @@ class StageForm:
         self.kept_line.layout.display = "flex" if cell else "none"
 
     def reset(self) -> None:
-        """Back to the ``parameters`` cell's values, here and in the namespace; nothing typed is kept."""
+        """Back to the values the ``parameters`` cell gave when the form was built, every
+        field, here and in the namespace; nothing typed is kept."""
         TYPED_VALUES.pop(self.params_class, None)
-        self.namespace.update(self.cell_values)
-        values = {name: row.typed() for name, row in self.fields.items()}
-        values.update(self.cell_values)
+        self.namespace.update({name: value for name, value in self.cell.items() if name in self.namespace})
         self.cell_values = {}
-        self.body.children = self._build(values)
+        self.body.children = self._build(self.cell)
         self._say_kept()
         self.status.value = ""
 
@@ -296,6 +323,10 @@ class StageForm:
                 general.append(problem)
         for name, row in self.fields.items():
             row.show_problem(by_field.get(name, ""))
+        for name in by_field:  # a line under a folded field is seen: its section opens
+            section = self._sections.get(name)
+            if section is not None and section.selected_index is None:
+                section.selected_index = 0
         if not problems:
             return
         self.status.value = self._problems_status = error_html(

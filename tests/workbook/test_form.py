@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import hyport_lib
 
+from hyport_lib.commands import main as cli_main
 from hyport_lib.display import VERDICT_COLOURS
 from hyport_lib.params import ParameterError, StageParams, model_path_param, param
 from hyport_lib.results import StageSummary
@@ -24,6 +25,7 @@ from hyport_lib.stages import discover_stages, params_class
 from hyport_lib.train.params import SAMPLE_DATASETS
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.workbook import form as form_module
+from hyport_lib.workbook.controls import NUMBER_CLASS
 from hyport_lib.workbook.form import (StageForm, dataset_entries, model_folders, problem_field, stage_form,
                                       stage_runner)
 
@@ -63,10 +65,14 @@ def _form(namespace=None, run=None) -> StageForm:
 def test_each_field_gets_the_control_its_declaration_asks_for():
     form = _form()
     kinds = {name: type(row.control) for name, row in form.fields.items()}
-    assert kinds == {"device": widgets.Dropdown, "steps": widgets.IntText, "shards": widgets.IntText,
+    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.Text,
                      "packing": widgets.Checkbox, "dtypes": widgets.Textarea,
-                     "model_path": widgets.Combobox, "note": widgets.Text, "rate": widgets.FloatText,
-                     "workers": widgets.IntText}
+                     "model_path": widgets.Combobox, "note": widgets.Text, "rate": widgets.Text,
+                     "workers": widgets.Text}
+    # the numbers' boxes: text kept as typed, looking as number boxes (the form's style)
+    numbers = {name for name, row in form.fields.items() if NUMBER_CLASS in row.control._dom_classes}
+    assert numbers == {"steps", "shards", "rate", "workers"}
+    assert any(f".{NUMBER_CLASS} input" in w.value for w in _texts(form.widget) if isinstance(w, widgets.HTML))
     # an optional number has its "None" box; nothing else has one
     assert {name for name, row in form.fields.items() if row.none is not None} == {"steps", "rate"}
     assert form.fields["model_path"].control.options == ("tiny", "smollm2")
@@ -116,8 +122,8 @@ def test_text_that_is_no_yaml_is_named():
 
 def test_a_number_out_of_range_is_kept_as_typed_for_the_check_to_name():
     form = _form()
-    form.fields["shards"].control.value = 70
-    assert form.fields["shards"].control.value == 70  # not clamped to 8
+    form.fields["shards"].control.value = "70"
+    assert form.fields["shards"].control.value == "70"  # not clamped to 8
     assert form.check() is None
     with pytest.raises(ParameterError) as cli:
         Demo(shards=70)
@@ -127,13 +133,12 @@ def test_a_number_out_of_range_is_kept_as_typed_for_the_check_to_name():
 @pytest.mark.parametrize("given", ["false", "no", 0])
 def test_controls_start_from_the_value_as_the_parameter_reads_it(given):
     form = _form({"packing": given, "shards": "3"})
-    assert form.fields["packing"].control.value is False and form.fields["shards"].control.value == 3
+    assert form.fields["packing"].control.value is False and form.fields["shards"].control.value == "3"
     assert form.check() == Demo(packing=False, shards=3)
 
 
 def test_a_value_no_control_can_show_is_kept_for_the_check_to_name():
     form = _form({"packing": "maybe", "shards": "many", "steps": 2.5})
-    assert isinstance(form.fields["shards"].control, widgets.Text)  # no number box for it
     assert form.fields["packing"].control.value == "maybe" and form.fields["shards"].control.value == "many"
     assert form.fields["steps"].control.value == "2.5"
     assert form.check() is None
@@ -279,6 +284,7 @@ def test_the_path_note_follows_the_text(tmp_path):
 
 def test_problem_field_names_only_declared_parameters():
     assert problem_field("steps=-3: expected an integer >= 1", ["steps"]) == "steps"
+    assert problem_field("batch_prompts[0]='maybe': expected true/false", ["batch_prompts"]) == "batch_prompts"
     assert problem_field("dataset: no entry", ["dataset"]) == "dataset"
     assert problem_field("3 parameters are wrong: x=1", ["steps"]) is None
 
@@ -433,6 +439,7 @@ def test_the_main_fields_come_first_and_the_rest_in_folded_sections():
     sections = [w for w in form.body.children if isinstance(w, widgets.Accordion)]
     first_section = list(form.body.children).index(sections[0])
     main = [name for name, row in form.fields.items() if row.widget in form.body.children[:first_section]]
+    # no more: the browser test checks that Run stage stays in sight (800 px) with the sections folded
     assert {"model_path", "dataset_path", "max_steps", "learning_rate", "finetuning_type", "zero_stage",
             "num_cards", "device", "output_dir"} <= set(main) and len(main) <= 12
     assert [s.titles[0] for s in sections] == ["Data", "Training", "LoRA", "DeepSpeed / memory",
@@ -451,7 +458,7 @@ def test_the_main_fields_come_first_and_the_rest_in_folded_sections():
 def test_every_stage_has_a_short_main_section_and_folded_ones(stage):
     form = stage_form(params_class(stage), {}, lambda p: None)
     sections = [w for w in form.body.children if isinstance(w, widgets.Accordion)]
-    main = [w for w in form.body.children if not isinstance(w, widgets.Accordion)]
+    main = [name for name, row in form.fields.items() if row.widget in form.body.children]
     assert sections and 3 <= len(main) <= 12
 
 
@@ -459,14 +466,14 @@ def test_an_optional_number_says_none_with_the_box_beside_it():
     form = _form({"steps": None})
     row = form.fields["steps"]
     assert row.none.value is True and row.control.disabled and row.value() is None
-    row.control.value = 7  # a number typed is no longer None
+    row.control.value = "7"  # a number typed is no longer None
     assert row.none.value is False and not row.control.disabled and row.value() == 7
     row.none.value = True
     assert row.control.disabled and form.check().steps is None
     rate = form.fields["rate"]
-    rate.control.value = 0.5
+    rate.control.value = "0.5"
     assert form.check() == Demo(steps=None, rate=0.5)
-    rate.control.value = 0.0  # a bounded number: the check's line, never a silent clamp
+    rate.control.value = "0.0"  # a bounded number: the check's line, never a silent clamp
     with pytest.raises(ParameterError) as cli:
         Demo(rate=0.0)
     assert form.check() is None and rate.problem == str(cli.value)
@@ -474,7 +481,7 @@ def test_an_optional_number_says_none_with_the_box_beside_it():
 
 def test_a_changed_value_is_checked_at_once_with_the_command_lines_line():
     form = stage_form(TrainParams, {}, lambda p: pytest.fail("ran"))
-    form.fields["zero_stage"].control.value = 0
+    form.fields["zero_stage"].control.value = 0  # a dropdown of its choices
     form.fields["offload_optimizer"].control.value = True  # no check() and no Run: the change itself
     with pytest.raises(ParameterError) as cli:
         TrainParams(zero_stage=0, offload_optimizer=True)
@@ -488,8 +495,59 @@ def test_a_changed_value_is_checked_at_once_with_the_command_lines_line():
 def test_a_verdict_in_the_status_stays_when_a_value_changes():
     form = stage_form(Demo, {}, lambda p: StageSummary(verdict="PASS", summary="all good"))
     form.submit()
-    form.fields["shards"].control.value = 3
+    form.fields["shards"].control.value = "3"
     assert "PASS: all good" in form.status.value
+
+
+def _cli_line(command: str, typed: dict, capsys) -> str:
+    """What ``hyport <command> --name text ...`` says of ``typed``: its one line, exit 2."""
+    argv = [command] + [arg for name, text in typed.items() for arg in (f"--{name.replace('_', '-')}", text)]
+    assert cli_main(argv + (["--no-record"] if command != "attention" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hyport {command}: ") and "\n" not in err, err
+    return err[len(f"hyport {command}: "):]
+
+
+@pytest.mark.parametrize("stage, command, typed", [
+    ("train", "train", {"save_steps": "2.5"}),  # an IntText read 25
+    ("train", "train", {"max_steps": "0"}),
+    ("train", "train", {"learning_rate": "0"}),  # a FloatText handed 0.0 over: "learning_rate=0.0"
+    ("attention", "attention", {"port_proof_timeout_s": "0"}),
+    ("inference", "infer", {"infer_timeout_s": "-1"}),
+    ("inference", "infer", {"batch_prompts": "[[a, maybe]]"}),  # the item's index before its "="
+])
+def test_the_live_check_says_the_command_lines_line_for_the_same_text_under_its_field(stage, command, typed,
+                                                                                     capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    (found,) = [s for s in discover_stages() if s.name == stage]
+    form = stage_form(params_class(found), {}, lambda p: pytest.fail("ran"))
+    for name, text in typed.items():
+        form.fields[name].control.value = text  # as the page sends it: the text typed
+    (name,) = typed
+    assert form.fields[name].problem == _cli_line(command, typed, capsys)
+
+
+def test_a_number_box_keeps_what_is_typed_and_reads_it_as_the_command_line():
+    form = stage_form(TrainParams, {}, lambda p: None)
+    form.fields["save_steps"].control.value = "1e3"  # an IntText dropped the "e": 13
+    form.fields["seed"].control.value = str(2**60 + 1)  # beyond 2**53: no rounding on the way
+    form.fields["learning_rate"].control.value = "2e-5"
+    params = form.check()
+    assert (params.save_steps, params.seed, params.learning_rate) == (1000, 2**60 + 1, 2e-5)
+    assert form.fields["save_steps"].control.value == "1e3"  # shown as typed
+
+
+def test_a_problem_under_a_folded_field_opens_its_section():
+    form = _form()
+    section = next(w for w in form.body.children if isinstance(w, widgets.Accordion)
+                   and form.fields["rate"].widget in _texts(w))
+    assert section.selected_index is None
+    form.fields["rate"].control.value = "0"
+    assert form.fields["rate"].problem.startswith("rate=")
+    assert section.selected_index == 0  # unfolded: the line is seen
+    form.fields["rate"].control.value = "0.5"
+    assert section.selected_index == 0  # left as the user sees it
 
 
 # --------------------------------------------------------------------------- kept across Run All
@@ -497,21 +555,21 @@ def test_values_typed_survive_a_rerun_of_the_parameters_cell_and_the_form():
     cell = {"steps": 20, "note": None, "packing": False}
     first = stage_form(Demo, dict(cell), lambda p: None)
     assert first.kept_line.layout.display == "none"
-    first.fields["steps"].control.value = 7
+    first.fields["steps"].control.value = "7"
     first.fields["note"].control.value = "hello"
     first.fields["packing"].control.value = True
     first.fields["packing"].control.value = False  # typed back to what the cell says: not kept
     namespace = dict(cell)  # Run All: the parameters cell runs again, then the form cell
     again = stage_form(Demo, namespace, lambda p: None)
-    assert again.fields["steps"].control.value == 7 and again.fields["note"].control.value == "hello"
+    assert again.fields["steps"].control.value == "7" and again.fields["note"].control.value == "hello"
     assert namespace["steps"] == 7 and namespace["note"] == "hello"  # the cells below run with them
     assert Demo.from_namespace(namespace) == Demo(steps=7, note="hello")
     assert again.kept_line.layout.display == "flex"
     assert again.kept.value == "2 values kept from the form (the parameters cell says steps=20, note=None)"
     again.reset()  # back to the parameters cell
-    assert again.fields["steps"].control.value == 20 and again.fields["note"].control.value == "None"
+    assert again.fields["steps"].control.value == "20" and again.fields["note"].control.value == "None"
     assert namespace == cell and again.kept_line.layout.display == "none"
-    assert stage_form(Demo, dict(cell), lambda p: None).fields["steps"].control.value == 20  # nothing kept
+    assert stage_form(Demo, dict(cell), lambda p: None).fields["steps"].control.value == "20"  # nothing kept
 
 
 def test_a_kept_text_that_is_no_yaml_is_kept_as_typed_and_named():
@@ -580,8 +638,64 @@ def test_the_attention_dropdown_of_each_stage_lists_what_this_backend_runs_auto_
 
 def test_a_line_that_stays_is_not_blanked_by_the_next_check():
     form = _form()
-    form.fields["steps"].control.value = 0  # the check on the change says it
+    form.fields["steps"].control.value = "0"  # the check on the change says it
     shown = []
     form.fields["steps"].error.observe(lambda change: shown.append(change["new"]), names="value")
     assert form.check() is None  # Run's check: the same line, never a blank in between
     assert shown == [] and form.fields["steps"].problem.startswith("steps=0")
+
+
+def _rebuilt_with_a_kept_value(cell: dict) -> StageForm:
+    """A form whose ``steps`` was typed, built again by a Run All (the parameters cell ``cell``)."""
+    _form(cell).fields["steps"].control.value = "7"
+    form = stage_form(Demo, cell, lambda p: None)
+    assert form.kept_line.layout.display == "flex"
+    return form
+
+
+def test_reset_keeps_the_models_folder_row():
+    form = _rebuilt_with_a_kept_value(Demo().to_dict())
+    assert form.models_folder is not None and form._models_row in _texts(form.widget)
+    form.reset()
+    assert form._models_row in _texts(form.widget)  # still offered
+
+
+def test_reset_goes_back_to_every_value_of_the_parameters_cell():
+    cell = Demo(steps=20, rate=None).to_dict()  # the parameters cell sets every parameter
+    namespace = dict(cell)
+    form = _rebuilt_with_a_kept_value(namespace)
+    form.fields["rate"].control.value = "0.5"  # typed since Run All: not the parameters cell's either
+    form.fields["shards"].control.value = "3"
+    form.reset()
+    assert [form.fields[name].value() for name in ("steps", "rate", "shards")] == [20, None, 2]
+    assert form.check() == Demo(steps=20, rate=None)
+    assert namespace["steps"] == 20 and namespace["rate"] is None and namespace["shards"] == 2
+    assert form_module.TYPED_VALUES.get(Demo) is None
+    again = stage_form(Demo, dict(cell), lambda p: None)  # the next Run All keeps nothing
+    assert again.fields["rate"].none.value is True and again.kept_line.layout.display == "none"
+
+
+def test_an_option_the_form_offers_anew_is_not_recorded_as_typed():
+    form = stage_form(Offered, {"attention": "eager"}, lambda p: None)
+    passed = []
+    form.fields["attention"].control.observe(lambda change: passed.append(change["new"]), names="value")
+    form.fields["device"].control.value = "npu"  # offers "fused" too: the options are replaced
+    assert passed and form.fields["attention"].control.value == "eager"  # it did pass through others
+    assert form_module.TYPED_VALUES[Offered] == {"device": "npu"}
+    form.fields["device"].control.value = "auto"
+    namespace = {"attention": "auto"}  # the parameters cell now says auto; Run All
+    again = stage_form(Offered, namespace, lambda p: None)
+    assert again.fields["attention"].control.value == "auto" and namespace["attention"] == "auto"
+    assert again.kept_line.layout.display == "none"
+
+
+def test_a_value_a_form_run_wrote_back_is_not_said_as_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    namespace = TrainParams().to_dict()  # the parameters cell ran
+    form = stage_form(TrainParams, namespace, lambda p: _summary("PASS", "ok"))
+    form.fields["output_dir"].control.value = "~/runs/a"
+    assert _ran(form) == _summary("PASS", "ok")
+    assert namespace["output_dir"] == str(tmp_path / "runs" / "a")  # written back read: "~" expanded
+    again = stage_form(TrainParams, namespace, lambda p: None)  # the form's cell alone, run again
+    assert again.kept_line.layout.display == "none" and again.kept.value == ""
+    assert again.check().output_dir == str(tmp_path / "runs" / "a")
