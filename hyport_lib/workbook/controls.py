@@ -82,6 +82,8 @@ def path_note(f: Field, text: Any) -> str:
         return "<span style='color:#8d6e00'>not here: a hub id? nothing is downloaded</span>"
     if f.spec.written_by:
         return f"<span style='color:#555'>not yet: stage {html.escape(f.spec.written_by)} writes it</span>"
+    if f.spec.output:  # the stage's own output folder: made by the run, not missing
+        return "<span style='color:#555'>new: the run makes it</span>"
     return "<span style='color:#c62828'>not found</span>"
 
 
@@ -116,7 +118,8 @@ class FormField:
         text is no YAML)."""
         if self.none is not None and self.none.value:
             return None
-        return parse_text(self.field, self.control.value)
+        held = self.control.value
+        return parse_text(self.field, number_text(held) if isinstance(held, float) else held)
 
     def typed(self) -> Any:
         """:meth:`value`, or the text itself where it cannot be read: what a person typed."""
@@ -195,20 +198,21 @@ def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tu
 
 
 def _number_box(f: Field, value: Any, common: dict) -> tuple[Any, Any]:
-    """A number box showing ``value``; for an optional number a "None" box beside it, ticked
-    when the value is None (the number box is then greyed). A number typed unticks it.
-
-    A text box, read by :func:`parse_text` as the command line reads ``--save-steps 1e3``,
-    classed to look as a number box (:func:`form_style`): ipywidgets' IntText and FloatText
-    rewrite what is typed in the page (IntText drops the keys ``e``, ``.`` and ``,`` and reads
-    with ``parseInt``: "1e3" becomes 13 and "2.5" 25, silently; both round an integer beyond
-    2**53), and a FloatText hands 0 over as 0.0, so that the check's line would not be the
-    command line's. ipywidgets sets no ``inputmode`` on an input: a phone shows its text
-    keyboard."""
+    """A number box (``<input type=number>``: ipywidgets' FloatText, which keeps ``1e3`` and
+    ``2.5`` as typed, where IntText drops the keys ``e`` and ``.``) showing ``value``; for an
+    optional number a "None" box beside it, ticked when the value is None (the number box is
+    then greyed), a number typed unticks it. What it holds is handed over as the command
+    line's text (:func:`number_text`), so the check reads and names it as ``--flag`` would. A
+    value that is no number, or an integer past 2**53 (a browser's number would round it), is
+    shown in a text box as given, for the check to name it or to keep it exact."""
     import ipywidgets as widgets
 
-    shown = _placeholder_number(f) if value is None else as_text(f, value)
-    box = widgets.Text(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
+    number = _as_number(f, value)
+    if value is not None and number is None:
+        box = widgets.Text(value=as_text(f, value), layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
+    else:
+        shown = float(_placeholder_number(f)) if number is None else number
+        box = widgets.FloatText(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
     box.add_class(NUMBER_CLASS)
     if not f.optional:
         return box, None
@@ -222,6 +226,30 @@ def _number_box(f: Field, value: Any, common: dict) -> tuple[Any, Any]:
     none.observe(on_none, names="value")
     box.observe(lambda _: setattr(none, "value", False), names="value")
     return box, none
+
+
+#: The largest integer a browser's number (a double) holds exactly.
+_EXACT_IN_A_BROWSER = 2**53
+
+
+def _as_number(f: Field, value: Any) -> Optional[float]:
+    """``value`` as a number box holds it, or None: not a number (a text the check will name),
+    or an integer a browser would round."""
+    try:
+        read = f.convert(value) if value is not None else None
+    except ParameterError:
+        read = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if not isinstance(read, (int, float)) or isinstance(read, bool) or read != read or abs(read) == float("inf"):
+        return None
+    if isinstance(read, int) and abs(read) > _EXACT_IN_A_BROWSER:
+        return None
+    return float(read)
+
+
+def number_text(number: float) -> str:
+    """A number box's value as the command line's text: ``0`` (not ``0.0``) for a whole number,
+    so that the check reads and names it as ``--flag 0`` is."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 def _placeholder_number(f: Field) -> str:

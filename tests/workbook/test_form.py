@@ -19,7 +19,7 @@ import hyport_lib
 
 from hyport_lib.commands import main as cli_main
 from hyport_lib.display import VERDICT_COLOURS
-from hyport_lib.params import ParameterError, StageParams, model_path_param, param
+from hyport_lib.params import ParameterError, StageParams, model_path_param, param, parameter_fields, parse_text
 from hyport_lib.results import StageSummary
 from hyport_lib.stages import discover_stages, params_class
 from hyport_lib.train.params import SAMPLE_DATASETS
@@ -65,11 +65,11 @@ def _form(namespace=None, run=None) -> StageForm:
 def test_each_field_gets_the_control_its_declaration_asks_for():
     form = _form()
     kinds = {name: type(row.control) for name, row in form.fields.items()}
-    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.Text,
+    assert kinds == {"device": widgets.Dropdown, "steps": widgets.FloatText, "shards": widgets.FloatText,
                      "packing": widgets.Checkbox, "dtypes": widgets.Textarea,
-                     "model_path": widgets.Combobox, "note": widgets.Text, "rate": widgets.Text,
-                     "workers": widgets.Text}
-    # the numbers' boxes: text kept as typed, looking as number boxes (the form's style)
+                     "model_path": widgets.Combobox, "note": widgets.Text, "rate": widgets.FloatText,
+                     "workers": widgets.FloatText}
+    # the numbers' boxes (<input type=number>), their digits right-aligned (the form's style)
     numbers = {name for name, row in form.fields.items() if NUMBER_CLASS in row.control._dom_classes}
     assert numbers == {"steps", "shards", "rate", "workers"}
     assert any(f".{NUMBER_CLASS} input" in w.value for w in _texts(form.widget) if isinstance(w, widgets.HTML))
@@ -122,8 +122,8 @@ def test_text_that_is_no_yaml_is_named():
 
 def test_a_number_out_of_range_is_kept_as_typed_for_the_check_to_name():
     form = _form()
-    form.fields["shards"].control.value = "70"
-    assert form.fields["shards"].control.value == "70"  # not clamped to 8
+    form.fields["shards"].control.value = 70.0
+    assert form.fields["shards"].control.value == 70.0  # not clamped to 8
     assert form.check() is None
     with pytest.raises(ParameterError) as cli:
         Demo(shards=70)
@@ -133,14 +133,14 @@ def test_a_number_out_of_range_is_kept_as_typed_for_the_check_to_name():
 @pytest.mark.parametrize("given", ["false", "no", 0])
 def test_controls_start_from_the_value_as_the_parameter_reads_it(given):
     form = _form({"packing": given, "shards": "3"})
-    assert form.fields["packing"].control.value is False and form.fields["shards"].control.value == "3"
+    assert form.fields["packing"].control.value is False and form.fields["shards"].control.value == 3.0
     assert form.check() == Demo(packing=False, shards=3)
 
 
 def test_a_value_no_control_can_show_is_kept_for_the_check_to_name():
     form = _form({"packing": "maybe", "shards": "many", "steps": 2.5})
     assert form.fields["packing"].control.value == "maybe" and form.fields["shards"].control.value == "many"
-    assert form.fields["steps"].control.value == "2.5"
+    assert form.fields["steps"].control.value == 2.5  # a number box, holding the fraction to be named
     assert form.check() is None
     assert form.fields["packing"].problem.startswith("packing='maybe'")
     assert form.fields["shards"].problem.startswith("shards='many': expected an integer >= 1 and <= 8")
@@ -280,6 +280,9 @@ def test_the_path_note_follows_the_text(tmp_path):
     assert "exists" in row.note.value
     row.control.value = str(tmp_path / "nope")
     assert "not found" in row.note.value
+    # the stage's own output folder, not there yet, is one the run makes: never "not found"
+    output = stage_form(TrainParams, {"output_dir": str(tmp_path / "new-run")}, lambda p: None).fields["output_dir"]
+    assert "the run makes it" in output.note.value and "not found" not in output.note.value
 
 
 def test_problem_field_names_only_declared_parameters():
@@ -466,16 +469,16 @@ def test_an_optional_number_says_none_with_the_box_beside_it():
     form = _form({"steps": None})
     row = form.fields["steps"]
     assert row.none.value is True and row.control.disabled and row.value() is None
-    row.control.value = "7"  # a number typed is no longer None
+    row.control.value = 7.0  # a number typed is no longer None
     assert row.none.value is False and not row.control.disabled and row.value() == 7
     row.none.value = True
     assert row.control.disabled and form.check().steps is None
     rate = form.fields["rate"]
-    rate.control.value = "0.5"
+    rate.control.value = 0.5
     assert form.check() == Demo(steps=None, rate=0.5)
-    rate.control.value = "0.0"  # a bounded number: the check's line, never a silent clamp
+    rate.control.value = 0.0  # a bounded number: the check's line (as `--rate 0` gets), never a clamp
     with pytest.raises(ParameterError) as cli:
-        Demo(rate=0.0)
+        Demo(rate=0)
     assert form.check() is None and rate.problem == str(cli.value)
 
 
@@ -528,14 +531,24 @@ def test_the_live_check_says_the_command_lines_line_for_the_same_text_under_its_
     assert form.fields[name].problem == _cli_line(command, typed, capsys)
 
 
-def test_a_number_box_keeps_what_is_typed_and_reads_it_as_the_command_line():
-    form = stage_form(TrainParams, {}, lambda p: None)
-    form.fields["save_steps"].control.value = "1e3"  # an IntText dropped the "e": 13
-    form.fields["seed"].control.value = str(2**60 + 1)  # beyond 2**53: no rounding on the way
-    form.fields["learning_rate"].control.value = "2e-5"
+def _field(params_class: type, name: str):
+    return next(f for f in parameter_fields(params_class) if f.name == name)
+
+
+def test_a_number_box_reads_what_is_typed_as_the_command_line():
+    form = stage_form(TrainParams, {"seed": 2**60 + 1}, lambda p: None)
+    assert isinstance(form.fields["save_steps"].control, widgets.FloatText)  # <input type=number>
+    form.fields["save_steps"].control.value = 1e3  # what the page sends for "1e3" (an IntText: 13)
+    form.fields["learning_rate"].control.value = 2e-5
+    # an integer a browser's number would round stays in a text box, exact
+    assert isinstance(form.fields["seed"].control, widgets.Text) and form.fields["seed"].control.value == str(2**60 + 1)
     params = form.check()
     assert (params.save_steps, params.seed, params.learning_rate) == (1000, 2**60 + 1, 2e-5)
-    assert form.fields["save_steps"].control.value == "1e3"  # shown as typed
+    form.fields["save_steps"].control.value = 2.5  # a fraction: the command line's line for `--save-steps 2.5`
+    assert form.check() is None
+    with pytest.raises(ParameterError) as cli:
+        TrainParams(save_steps=parse_text(_field(TrainParams, "save_steps"), "2.5"))
+    assert form.fields["save_steps"].problem == str(cli.value)
 
 
 def test_a_problem_under_a_folded_field_opens_its_section():
@@ -555,21 +568,21 @@ def test_values_typed_survive_a_rerun_of_the_parameters_cell_and_the_form():
     cell = {"steps": 20, "note": None, "packing": False}
     first = stage_form(Demo, dict(cell), lambda p: None)
     assert first.kept_line.layout.display == "none"
-    first.fields["steps"].control.value = "7"
+    first.fields["steps"].control.value = 7.0
     first.fields["note"].control.value = "hello"
     first.fields["packing"].control.value = True
     first.fields["packing"].control.value = False  # typed back to what the cell says: not kept
     namespace = dict(cell)  # Run All: the parameters cell runs again, then the form cell
     again = stage_form(Demo, namespace, lambda p: None)
-    assert again.fields["steps"].control.value == "7" and again.fields["note"].control.value == "hello"
+    assert again.fields["steps"].control.value == 7.0 and again.fields["note"].control.value == "hello"
     assert namespace["steps"] == 7 and namespace["note"] == "hello"  # the cells below run with them
     assert Demo.from_namespace(namespace) == Demo(steps=7, note="hello")
     assert again.kept_line.layout.display == "flex"
     assert again.kept.value == "2 values kept from the form (the parameters cell says steps=20, note=None)"
     again.reset()  # back to the parameters cell
-    assert again.fields["steps"].control.value == "20" and again.fields["note"].control.value == "None"
+    assert again.fields["steps"].control.value == 20.0 and again.fields["note"].control.value == "None"
     assert namespace == cell and again.kept_line.layout.display == "none"
-    assert stage_form(Demo, dict(cell), lambda p: None).fields["steps"].control.value == "20"  # nothing kept
+    assert stage_form(Demo, dict(cell), lambda p: None).fields["steps"].control.value == 20.0  # nothing kept
 
 
 def test_a_kept_text_that_is_no_yaml_is_kept_as_typed_and_named():
