@@ -163,15 +163,17 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = N
     starting("scan: CUDA-only constructs in the code")
     scan = run_scan(params.code_path)
     if plan.port_out is not None:
-        starting("port: rewriting the code, then its proof on a tiny model")
-    port, port_error = (None, "") if plan.port_out is None else port_and_prove(plan)
+        starting("port: rewriting the code")
+    port, port_error = (None, "") if plan.port_out is None else port_and_prove(plan, starting)
     return AttentionStageResult(**vars(comparison), model=model, flash_attn_version=plan.flash_attn_version,
                                 scan=scan, port=port, port_error=port_error)
 
 
-def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
+def port_and_prove(plan: Plan, starting: Callable[[str], None] = lambda step: None
+                   ) -> tuple[Optional[PortResult], str]:
     """``hyport port`` of ``code_path`` and its proof (in a child process, with ``port_proof``
-    only: it runs the user's code); ``(None, reason)`` when the port cannot be made."""
+    only: it runs the user's code); ``(None, reason)`` when the port cannot be made.
+    ``starting(step)`` is told before the proof (a stop asked during the port is taken there)."""
     params = plan.params
     try:
         port = port_tree(params.code_path, plan.port_out)
@@ -179,6 +181,9 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
         return None, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
     if not port.changes:
         return port, ""  # nothing was rewritten: nothing to prove
+    if params.port_proof:
+        starting(f"port proof: the ported code on a tiny model, in a child process "
+                 f"(at most {params.port_proof_timeout_s:g} s)")
     proof = prove_port_in_child(port.src, port.dst, seed=params.seed,
                                 config_overrides=params.port_proof_config,
                                 timeout_s=params.port_proof_timeout_s,

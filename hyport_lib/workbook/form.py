@@ -13,6 +13,7 @@ was typed into it across a Run All in the same kernel; headless runs never build
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -360,7 +361,7 @@ class StageForm:
         run_stage = self.run_stage
         stoppable = isinstance(run_stage, StageRunner) and run_stage.stoppable
         self.status.value = html.escape(running_line(run_stage))
-        work = (lambda watch: run_stage(params, watch=watch)) if stoppable else (lambda watch: run_stage(params))
+        work = (lambda run: run_stage(params, form_run=run)) if stoppable else (lambda run: run_stage(params))
         self.run = FormRun(self.output, work, self._ended, stoppable=stoppable).start()
         return self.run
 
@@ -371,8 +372,10 @@ class StageForm:
             error = run.error
             if error is None:
                 summary = run.result
+                late = "" if run.stopped or not run.stopping.is_set() else \
+                    f" ({run.stopped_by} came after the stage's last step: it finished)"
                 self.status.value = verdict_label(summary.verdict,
-                                                  f"{summary.verdict}: {shortened(summary.summary, 200)}")
+                                                  f"{summary.verdict}: {shortened(summary.summary, 200)}{late}")
             elif isinstance(error, USAGE_ERRORS):  # what the command line says in one line, exit 2
                 self._refused(error)
             else:
@@ -415,7 +418,8 @@ class StageRunner:
     and print the verdict line the notebook's last cell prints. Stopped, the partial result
     is recorded; a stage that keeps none (``keeps_partial`` False) is said INTERRUPTED with
     nothing recorded. A stage with a progress display is stoppable: its progress calls are
-    where a form run's stop is taken (``watch``, :meth:`FormRun.watch`)."""
+    where a form run's stop is taken (:meth:`FormRun.watch`), or anywhere in its run once it
+    reached none for a few seconds (:meth:`FormRun.interruptible`)."""
 
     def __init__(self, stage: StageContract, views: Sequence[Callable[[Any], Any]],
                  progress: Optional[Callable[[StageParams], Any]], keeps_partial: bool):
@@ -428,18 +432,18 @@ class StageRunner:
     def stoppable(self) -> bool:
         return self.progress is not None
 
-    def __call__(self, params: StageParams,
-                 watch: Optional[Callable[[Any], Callable[[Any], None]]] = None) -> StageSummary:
+    def __call__(self, params: StageParams, form_run: Optional[FormRun] = None) -> StageSummary:
         stage = self.stage
         plan = stage.plan(params)
         on_progress = None
         if self.progress is not None:
             display = self.progress(params)
-            on_progress = watch(display) if watch is not None else display
+            on_progress = form_run.watch(display) if form_run is not None else display
         try:
-            result = run_stoppable(stage.run, plan, on_progress=on_progress)
+            with form_run.interruptible() if form_run is not None else contextlib.nullcontext():
+                result = run_stoppable(stage.run, plan, on_progress=on_progress)
         except KeyboardInterrupt:
-            if watch is None:
+            if form_run is None:
                 raise
             number = stage.STAGE.split("_")[0]
             why = (f"stage {number} keeps no partial result" if not self.keeps_partial

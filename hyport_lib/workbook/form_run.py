@@ -12,6 +12,11 @@ touched.
 Stop: the form's Stop button (a widget message) and Kernel → Interrupt (a SIGINT handler
 held between messages while a form run works) set the run's stop event; the stage's next
 progress call raises ``KeyboardInterrupt``, which the stage turns into its partial result.
+A stage that reaches no progress call within :data:`STOP_AT_ONCE_AFTER_S` of the stop (02's
+port proof, 05's reload: a child process working), or a stop asked again before it did,
+gets the interrupt raised in the worker thread at once (:class:`StoppedAtOnce`), as a
+second interrupt does to a cell run; the child-process waits poll in Python, so they are
+left within a poll and their ``with`` blocks stop the children.
 The kernel says "busy" while the run works: first after ipykernel's "idle" for the click,
 again at most each second (a cell or a widget message meanwhile ends with the kernel's own
 "idle"), and "idle" at the end unless a cell is under way (its own "idle" follows).
@@ -24,6 +29,7 @@ displays goes where a cell's would. No shipped stage shows anything from a threa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import signal
 import sys
@@ -32,10 +38,19 @@ import time
 import traceback
 from typing import Any, Callable, Optional
 
-from hyport_lib.workbook.stop import StopButton
+from hyport_lib.results import INTERRUPTED
+from hyport_lib.workbook.stop import StopButton, StoppedAtOnce, raise_in_thread
 
 #: The output route of the form run the current thread works for (None: not a form run).
 _ROUTE: contextvars.ContextVar[Optional["OutputRoute"]] = contextvars.ContextVar("hyport_form_route", default=None)
+
+#: How long a stop waits for the stage's next progress call (the clean place to take it:
+#: the stage's own progress comes each second or so) before it is raised wherever the
+#: stage is: long enough for a stage that is between two progress calls, short enough
+#: that a Stop during a child process of minutes (02's port proof, 05's reload) is not a
+#: "stopping…" of minutes. The button is disabled once clicked, so the grace, not a second
+#: click, is what a form user can count on; a second Kernel → Interrupt skips it.
+STOP_AT_ONCE_AFTER_S = 5.0
 
 #: How often a working run says "busy" again (a cell run or a widget message meanwhile
 #: ends with the kernel's own "idle").
@@ -270,13 +285,14 @@ class _KernelStatus:
 
 
 class FormRun:
-    """One run of a form's stage: ``work(watch)`` in a worker thread, its output in ``area``.
-    ``watch(on_progress)`` gives the stage's progress callback that takes a stop and keeps
-    the kernel busy; ``on_end(run)`` is called in the worker when the work ended (``result``
-    or ``error`` set), its output still routed. ``stop_button``, shown first in the area,
-    stops the run; it is retired when the run ends, however the stage ended."""
+    """One run of a form's stage: ``work(run)`` in a worker thread, its output in ``area``.
+    The work wraps its stage's progress callback in ``run.watch`` (takes a stop, keeps the
+    kernel busy) and its stage's run in ``run.interruptible()`` (where a stop may be raised
+    at once); ``on_end(run)`` is called in the worker when the work ended (``result`` or
+    ``error`` set), its output still routed. ``stop_button``, shown first in the area,
+    stops the run; it is retired when the run ends, saying whether the stop ended it."""
 
-    def __init__(self, area: Any, work: Callable[[Callable[[OnProgress], OnProgress]], Any],
+    def __init__(self, area: Any, work: Callable[["FormRun"], Any],
                  on_end: Callable[["FormRun"], None], stoppable: bool = False):
         self.route = OutputRoute(area)
         self.work = work
@@ -287,6 +303,14 @@ class FormRun:
         self.result: Any = None
         self.error: Optional[BaseException] = None
         self.stop_button: Optional[StopButton] = None
+        # a stop raised in the worker (at a progress call, or at once) and where it may be
+        # raised at once: changed under the lock, which the SIGINT handler may take on the
+        # main thread while it holds it (a reentrant one)
+        self._raise_lock = threading.RLock()
+        self._stop_raised = False
+        self._interruptible = False
+        self._raised_at_once = False
+        self._grace: Optional[threading.Timer] = None
         if stoppable:
             self.stop_button = StopButton(on_stop=lambda: self.stop("■ Stop"))
         self._status = _KernelStatus()
@@ -310,11 +334,17 @@ class FormRun:
         return self
 
     def stop(self, how: str) -> None:
-        """Asks the stage to stop at its next progress call; the Stop button says "stopping…"."""
+        """Asks the stage to stop at its next progress call, or at once when it reached none
+        within :data:`STOP_AT_ONCE_AFTER_S` or this is asked again; the Stop button says
+        "stopping…"."""
         if self.stopping.is_set():
+            self._stop_at_once()  # asked twice before the stage took it: now, wherever it is
             return
         self.stopped_by = how
         self.stopping.set()
+        self._grace = threading.Timer(STOP_AT_ONCE_AFTER_S, self._stop_at_once)
+        self._grace.daemon = True
+        self._grace.start()
         if self.stop_button is not None and not self.done.is_set():
             # from a SIGINT handler too: the widget's message is sent from the event loop,
             # never from inside whatever the signal interrupted
@@ -322,6 +352,40 @@ class FormRun:
                 self._on_main_thread(self.stop_button.mark_stopping)
             else:
                 self.stop_button.mark_stopping()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the run ended by its stop (the work was interrupted, or its stage said
+        INTERRUPTED), not merely had one asked after its last step."""
+        return self.stopping.is_set() and (
+            isinstance(self.error, KeyboardInterrupt) or getattr(self.result, "verdict", None) == INTERRUPTED)
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """Around the stage's run: where a stop may be raised at once. A stop asked before it
+        (while the stage was planned) is raised on entering; one raised at once that had not
+        landed when the stage returned is dropped (the run finished)."""
+        with self._raise_lock:
+            if self.stopping.is_set() and not self._stop_raised:
+                self._stop_raised = True
+                raise KeyboardInterrupt(f"stopped from the notebook ({self.stopped_by})")
+            self._interruptible = True
+        try:
+            yield
+        finally:
+            with self._raise_lock:
+                self._interruptible = False
+                if self._raised_at_once:
+                    raise_in_thread(threading.get_ident(), None)
+
+    def _stop_at_once(self) -> None:
+        """The stop raised in the worker thread now, unless the stage took it already (it
+        is stopping: a fresh interrupt would lose what finished) or is not running."""
+        with self._raise_lock:
+            if self._stop_raised or not self._interruptible or self.done.is_set():
+                return
+            self._stop_raised = self._raised_at_once = True
+            raise_in_thread(self._thread.ident, StoppedAtOnce)
 
     def close(self) -> None:
         """Closes the widgets the run made (its Stop button, the display ids' Outputs):
@@ -341,6 +405,10 @@ class FormRun:
         def checked(progress: Any) -> None:
             self._status.tick()
             if self.stopping.is_set() and getattr(progress, "running", True):
+                with self._raise_lock:
+                    self._stop_raised = True
+                    if self._raised_at_once:  # raised at once and not landed yet: this one instead
+                        raise_in_thread(threading.get_ident(), None)
                 raise KeyboardInterrupt(f"stopped from the notebook ({self.stopped_by})")
             if on_progress is not None:
                 on_progress(progress)
@@ -372,13 +440,15 @@ class FormRun:
             self._status.say("busy")
         try:
             try:
-                self.result = self.work(self.watch)
+                self.result = self.work(self)
             except BaseException as exc:  # said by on_end: a refusal, a stop, a defect
                 self.error = exc
             self.on_end(self)
         except BaseException as exc:  # on_end itself failed: shown, never lost
             self.route.error(exc)
         finally:
+            if self._grace is not None:
+                self._grace.cancel()
             if self.stop_button is not None:
                 self.stop_button.retire(self.ending())
             if publisher is not None:
@@ -393,10 +463,15 @@ class FormRun:
             self.done.set()
 
     def ending(self) -> str:
-        """How the run ended, in a few words (beside the retired Stop button)."""
-        if self.stopping.is_set():
+        """How the run ended, in a few words (beside the retired Stop button): "stopped"
+        only when the stop ended it."""
+        if self.stopped:
             return f"stopped ({self.stopped_by})"
-        return "finished" if self.error is None else f"ended: {type(self.error).__name__}"
+        if self.error is not None:
+            return f"ended: {type(self.error).__name__}"
+        if self.stopping.is_set():
+            return f"finished: {self.stopped_by} came after its last step"
+        return "finished"
 
 
 def _close(widget: Any) -> None:

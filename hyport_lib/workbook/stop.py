@@ -11,6 +11,7 @@ click is a widget message (``mode="message"``) that the form run answers.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
@@ -147,6 +148,21 @@ def _deferring_interrupts(on_progress: Callable[[Any], None]):
         on_progress(progress)
 
     return checked, signal.signal(signal.SIGINT, note)
+
+
+class StoppedAtOnce(KeyboardInterrupt):
+    """A stop raised in a form run's worker thread wherever it is (:func:`raise_in_thread`):
+    the stage reached no progress call to take it at."""
+
+
+def raise_in_thread(thread_id: int, exc_type: Optional[type] = StoppedAtOnce) -> bool:
+    """``exc_type`` raised in the thread ``thread_id`` at its next bytecode (CPython's
+    ``PyThreadState_SetAsyncExc``: a wait that polls in Python, as the child-process waits of
+    :mod:`hyport_lib.processes` do, is left within a poll; a long call into C only when it
+    returns). None: a pending one is dropped. Whether the thread was found."""
+    found = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), None if exc_type is None else ctypes.py_object(exc_type))
+    return found == 1
 
 
 def kernel_id() -> str:

@@ -280,3 +280,23 @@ def test_the_stage_names_each_step_as_it_starts(tmp_path):
     assert later == ["scan: CUDA-only constructs in the code"]  # no model check, no port asked
     assert step_line(grid[-1]) == f"grid: {result.cases}/{result.cases} cases"
     assert step_line(seen[-1]).endswith("scan: CUDA-only constructs in the code …")
+
+
+def test_the_port_proof_is_announced_before_its_child_starts(tmp_path, monkeypatch):
+    # A stop asked while the code is ported is taken there, not after the proof's minutes.
+    steps, proved = [], []
+
+    class NotStarted(Exception):
+        """The proof's child is not started here."""
+
+    def proof_child(src, dst, **options):
+        proved.append(list(steps))
+        raise NotStarted
+
+    monkeypatch.setattr(stage, "prove_port_in_child", proof_child)
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    plan = stage.plan(Params(code_path=str(planted_example(tmp_path / "code")), model_path=None,
+                             dtypes=["float32"], port_proof=True, port_proof_timeout_s=90))
+    with pytest.raises(NotStarted):
+        stage.port_and_prove(plan, steps.append)
+    assert proved == [["port proof: the ported code on a tiny model, in a child process (at most 90 s)"]]

@@ -24,6 +24,7 @@ from hyport_lib.params import StageParams, param
 from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary
 from hyport_lib.workbook import form as form_module
 from hyport_lib.workbook.form import running_line, stage_form, stage_runner
+from hyport_lib.workbook import form_run as form_run_module
 from hyport_lib.workbook.form_run import _ROUTE, _Interrupts
 
 WAIT_S = 60  # a guard against a hang, never a timing under test
@@ -478,3 +479,112 @@ def test_a_clear_closes_the_outputs_it_drops_and_the_next_run_closes_the_last_on
         runs.append(run)
     assert runs[0].stop_button.comm is None and runs[0].stop_button.layout.comm is None  # by the second submit
     assert runs[1].stop_button.comm is not None  # the latest run's stays, shown
+
+
+def _quiet_stage(work, gate, partial=True):
+    """A stage (as 02's port proof, 05's reload) that makes one progress call, then works
+    (``work()``) with none; stopped, what finished and the interrupt's type on
+    ``exc.partial`` (unless ``partial`` is False)."""
+
+    class Stage:
+        STAGE = "99_demo"
+        plan = staticmethod(lambda params: params)
+
+        @staticmethod
+        def run(plan, on_progress=None):
+            on_progress(SimpleNamespace(running=True))
+            gate.set()
+            try:
+                return work()
+            except KeyboardInterrupt as exc:
+                if partial:
+                    exc.partial = f"kept ({type(exc).__name__})"
+                raise
+
+        summarize = staticmethod(lambda result: StageSummary(
+            verdict=INTERRUPTED if result.startswith("kept") else "PASS", summary=result))
+
+    return Stage
+
+
+def _forever():
+    while True:  # a wait that polls in Python, as ChildGroup.wait does
+        threading.Event().wait(0.01)
+
+
+def test_a_stop_after_the_stages_last_progress_call_is_said_to_have_come_too_late(kernel, recorded, monkeypatch):
+    monkeypatch.setattr(form_run_module, "STOP_AT_ONCE_AFTER_S", 3600.0)  # the stage ends first
+    gate, release = threading.Event(), threading.Event()
+    form = stage_form(Demo, {}, stage_runner(_quiet_stage(lambda: release.wait(WAIT_S) and "all checks done",
+                                                          gate), progress=lambda p: None))
+    run = form.submit()
+    assert gate.wait(WAIT_S)
+    run.stop_button._clicked(run.stop_button, {"event": "stop"}, [])
+    release.set()
+    assert run.wait(WAIT_S) and recorded == ["all checks done"]
+    assert not run.stopped
+    assert "PASS: all checks done (■ Stop came after the stage&#x27;s last step: it finished)" in form.status.value
+    assert run.stop_button.note == "finished: ■ Stop came after its last step"
+    assert "stopped" not in run.stop_button.note
+
+
+def test_a_stop_asked_again_before_the_stage_took_it_is_raised_at_once(kernel, recorded, monkeypatch):
+    monkeypatch.setattr(form_run_module, "STOP_AT_ONCE_AFTER_S", 3600.0)  # only the second ask
+    gate = threading.Event()
+    form = stage_form(Demo, {}, stage_runner(_quiet_stage(_forever, gate), progress=lambda p: None))
+    run = form.submit()
+    assert gate.wait(WAIT_S)
+    run.stop_button._clicked(run.stop_button, {"event": "stop"}, [])
+    assert not run.wait(0.2)  # the first ask waits for a progress call the stage never makes
+    run.stop("Kernel → Interrupt")  # asked again (the disabled button cannot be): now
+    assert run.wait(WAIT_S)
+    assert recorded == ["kept (StoppedAtOnce)"] and run.stopped
+    assert "INTERRUPTED: kept (StoppedAtOnce)" in form.status.value
+    assert run.stop_button.note == "stopped (■ Stop)"
+
+
+def test_a_stop_the_stage_reaches_no_progress_call_for_is_raised_after_the_grace(kernel, recorded, monkeypatch):
+    monkeypatch.setattr(form_run_module, "STOP_AT_ONCE_AFTER_S", 0.05)
+    gate = threading.Event()
+    runner = stage_runner(_quiet_stage(_forever, gate, partial=False), progress=lambda p: None,
+                          keeps_partial=False)
+    form = stage_form(Demo, {}, runner)
+    run = form.submit()
+    assert gate.wait(WAIT_S)
+    run.stop_button._clicked(run.stop_button, {"event": "stop"}, [])  # once
+    assert run.wait(WAIT_S) and recorded == [] and run.stopped
+    assert "INTERRUPTED: nothing kept: stage 99 keeps no partial result" in form.status.value
+    assert run.stop_button.note == "stopped (■ Stop)"
+
+
+@pytest.mark.slow
+def test_a_stop_at_once_during_a_child_process_leaves_no_process(kernel, recorded, monkeypatch, tmp_path):
+    import os
+
+    import psutil
+
+    from hyport_lib.processes import run_child
+
+    monkeypatch.setattr(form_run_module, "STOP_AT_ONCE_AFTER_S", 0.05)
+    log = tmp_path / "child.log"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "print('grandchild', p.pid, flush=True); time.sleep(600)")
+    gate = threading.Event()
+    stage = _quiet_stage(lambda: run_child([sys.executable, "-c", code], env={**os.environ}, log_path=log,
+                                           poll_interval_s=0.05, kill_grace_s=0.5) and "finished", gate)
+    form = stage_form(Demo, {}, stage_runner(stage, progress=lambda p: None))
+    run = form.submit()
+    assert gate.wait(WAIT_S)
+    lines = []
+    while not lines:  # the child and its grandchild started (a guard against a hang: WAIT_S)
+        text = log.read_text() if log.exists() else ""
+        lines = [line for line in text.splitlines() if line.startswith("grandchild")]
+        assert not run.wait(0.05)
+    grandchild = psutil.Process(int(lines[0].split()[1]))
+    children = psutil.Process().children(recursive=True)
+    assert grandchild in children
+    run.stop_button._clicked(run.stop_button, {"event": "stop"}, [])
+    assert run.wait(WAIT_S) and run.stopped and recorded == ["kept (StoppedAtOnce)"]
+    left = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == []
