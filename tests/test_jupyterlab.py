@@ -648,7 +648,7 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
 
 
 # Every field of a form, from the page: its label's text and title, whether the label is cut
-# (wider than its box, or an ellipsis), the title of its control (on the input itself) and
+# (wider than its box, or an ellipsis), the title of its control and
 # whether the control is right-aligned (a number's box).
 FIELDS_SHOWN = """(form, names) => names.map(name => {
     const field = form.querySelector('.hyport-field-' + name);
@@ -659,7 +659,11 @@ FIELDS_SHOWN = """(form, names) => names.map(name => {
     const cut = [label, label.querySelector('.widget-html-content'), text].some(el =>
         el.scrollWidth > el.clientWidth || getComputedStyle(el).textOverflow === 'ellipsis');
     return {name, text: text.textContent, title: text.getAttribute('title'), cut,
-            control_title: control.getAttribute('title'),
+            // a number box's: ipywidgets 8.1 puts it on the box's own <label> (hidden: the label
+            // shown is ours, which carries it too)
+            control_title: control.type === 'number'
+                ? control.parentElement.querySelector(':scope > label').getAttribute('title')
+                : control.getAttribute('title'),
             right_aligned: getComputedStyle(control).textAlign === 'right',
             visible: text.getBoundingClientRect().width > 0};
 })"""
