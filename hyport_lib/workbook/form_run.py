@@ -1,13 +1,8 @@
 """A stage run from the form: in a worker thread, so the kernel keeps serving widget
 messages while the stage works (the Stop button's click, the live displays' redraws).
 
-What the worker shows goes into the form's output area as widget state, ipywidgets' way to
-write to an ``Output`` from a background thread: its ``display()`` / ``update_display`` /
-``clear_output`` through a hook on the kernel's display publisher (ipykernel's hooks are
-thread-local: the worker's messages only), its ``print`` through a stream that routes the
-worker's text (a context variable says whose). Each ``display_id`` gets a child ``Output``,
-so a redrawn progress line does not redraw the plot beside it. A cell run meanwhile is not
-touched.
+What the worker shows goes into the form's output area as widget state
+(:mod:`hyport_lib.workbook.output_route`); a cell run meanwhile is not touched.
 
 Stop: the form's Stop button (a widget message) and Kernel → Interrupt (a SIGINT handler
 held between messages while a form run works) set the run's stop event; the stage's next
@@ -32,17 +27,13 @@ import asyncio
 import contextlib
 import contextvars
 import signal
-import sys
 import threading
 import time
-import traceback
 from typing import Any, Callable, Optional
 
 from hyport_lib.results import INTERRUPTED
+from hyport_lib.workbook.output_route import ROUTE, OutputRoute, RoutedStreams, close_widget, display_publisher
 from hyport_lib.workbook.stop import StopButton, StoppedAtOnce, raise_in_thread
-
-#: The output route of the form run the current thread works for (None: not a form run).
-_ROUTE: contextvars.ContextVar[Optional["OutputRoute"]] = contextvars.ContextVar("hyport_form_route", default=None)
 
 #: How long a stop waits for the stage's next progress call (the clean place to take it:
 #: the stage's own progress comes each second or so) before it is raised wherever the
@@ -57,144 +48,6 @@ STOP_AT_ONCE_AFTER_S = 5.0
 BUSY_EVERY_S = 1.0
 
 OnProgress = Callable[[Any], None]
-
-
-class OutputRoute:
-    """Display messages and text of a form run, made outputs of ``area`` (an
-    ``ipywidgets.Output``)."""
-
-    def __init__(self, area: Any):
-        self.area = area
-        self.handles: dict[str, list[Any]] = {}  # display_id -> the child Outputs showing it
-        self._lock = threading.RLock()
-        self._clear_on_next = False
-
-    def append(self, output: dict) -> None:
-        with self._lock:
-            if self._clear_on_next:
-                self.clear()
-            self.area.outputs = self.area.outputs + (output,)
-
-    def clear(self, wait: bool = False) -> None:
-        with self._lock:
-            self._clear_on_next = wait
-            if not wait:
-                self.area.outputs = ()
-                self.close()
-
-    def close(self) -> None:
-        """Closes the child Outputs made for display ids (a widget not closed lives as long
-        as the kernel)."""
-        with self._lock:
-            for children in self.handles.values():
-                for child in children:
-                    _close(child)
-            self.handles = {}
-
-    def show(self, obj: Any) -> None:
-        """``obj`` (a widget, say) as ``display(obj)`` would show it."""
-        from IPython.core.formatters import format_display_data
-
-        data, metadata = format_display_data(obj)
-        self.append({"output_type": "display_data", "data": data, "metadata": metadata})
-
-    def message(self, msg: dict) -> Optional[dict]:
-        """A display publisher hook: a display message taken as an output (None: not sent)."""
-        kind = msg["header"]["msg_type"]
-        content = msg["content"]
-        if kind == "clear_output":
-            self.clear(bool(content.get("wait")))
-            return None
-        if kind not in ("display_data", "update_display_data"):
-            return msg
-        output = {"output_type": "display_data", "data": content["data"], "metadata": content.get("metadata", {})}
-        display_id = (content.get("transient") or {}).get("display_id")
-        with self._lock:
-            if kind == "update_display_data":
-                for child in self.handles.get(display_id, ()):  # an id never shown: nothing, as Jupyter does
-                    child.outputs = (output,)
-            elif display_id is None:
-                self.append(output)
-            else:
-                import ipywidgets as widgets
-
-                child = widgets.Output()
-                child.outputs = (output,)
-                self.handles.setdefault(display_id, []).append(child)
-                self.show(child)
-        return None
-
-    def write(self, name: str, text: str) -> None:
-        """Text of ``name`` (stdout, stderr), joined to the last output when that is the same stream."""
-        if not text:
-            return
-        with self._lock:
-            last = self.area.outputs[-1] if self.area.outputs and not self._clear_on_next else None
-            if last is not None and last.get("output_type") == "stream" and last.get("name") == name:
-                self.area.outputs = self.area.outputs[:-1] + ({**last, "text": last["text"] + text},)
-            else:
-                self.append({"output_type": "stream", "name": name, "text": text})
-
-    def error(self, exc: BaseException) -> None:
-        """``exc`` with its traceback, as a cell shows one."""
-        try:
-            from IPython import get_ipython
-
-            shell = get_ipython()
-            lines = shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__) if shell else None
-        except Exception:  # a traceback that fails to format: the plain one below
-            lines = None
-        lines = lines or traceback.format_exception(type(exc), exc, exc.__traceback__)
-        self.append({"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": lines})
-
-
-class _RoutedStream:
-    """``sys.stdout`` / ``sys.stderr`` while a form run works: a form run's text goes to its
-    route, anyone else's to the stream it replaced (whose attributes it lends)."""
-
-    def __init__(self, name: str, original: Any):
-        self._name = name
-        self._original = original
-
-    def write(self, text: str) -> int:
-        route = _ROUTE.get()
-        if route is None:
-            return self._original.write(text)
-        route.write(self._name, text)
-        return len(text)
-
-    def flush(self) -> None:
-        if _ROUTE.get() is None:
-            self._original.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._original, name)
-
-
-class _Streams:
-    """The routed streams, in place while at least one form run works."""
-
-    lock = threading.Lock()
-    users = 0
-
-    @classmethod
-    def take(cls) -> None:
-        with cls.lock:
-            cls.users += 1
-            for name in ("stdout", "stderr"):
-                if not isinstance(getattr(sys, name), _RoutedStream):
-                    setattr(sys, name, _RoutedStream(name, getattr(sys, name)))
-
-    @classmethod
-    def release(cls) -> None:
-        with cls.lock:
-            cls.users -= 1
-            if cls.users:
-                return
-            for name in ("stdout", "stderr"):
-                stream = getattr(sys, name)
-                if isinstance(stream, _RoutedStream):  # someone replaced it since: theirs to restore
-                    setattr(sys, name, stream._original)
 
 
 def _in_message_handler(kernel: Any) -> bool:
@@ -326,7 +179,7 @@ class FormRun:
         """From the click's handler (the kernel's main thread, or a subshell's): returns at once."""
         if self.stop_button is not None:
             self.route.show(self.stop_button)
-        _Streams.take()
+        RoutedStreams.take()
         self._on_main_thread = _main_thread_scheduler(self._status.kernel)
         if self._on_main_thread is not None:  # after the click's handler returned (on the main shell)
             self._on_main_thread(self._begin)
@@ -391,7 +244,7 @@ class FormRun:
         """Closes the widgets the run made (its Stop button, the display ids' Outputs):
         before its output is cleared, once it ended."""
         if self.stop_button is not None:
-            _close(self.stop_button)
+            close_widget(self.stop_button)
         self.route.close()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
@@ -432,8 +285,8 @@ class FormRun:
             self._status.say("idle")
 
     def _run(self) -> None:
-        _ROUTE.set(self.route)
-        publisher = _display_publisher()
+        ROUTE.set(self.route)
+        publisher = display_publisher()
         if publisher is not None:
             publisher.register_hook(self.route.message)  # this thread's displays only
         if self._on_main_thread is None:  # not in a kernel's event loop: said from here
@@ -453,7 +306,7 @@ class FormRun:
                 self.stop_button.retire(self.ending())
             if publisher is not None:
                 publisher.unregister_hook(self.route.message)
-            _Streams.release()
+            RoutedStreams.release()
             if self._on_main_thread is not None:
                 # soon after ``done``, once the main thread is free: a cell that waits for the
                 # run (on the main thread) must not wait for this
@@ -474,12 +327,6 @@ class FormRun:
         return "finished"
 
 
-def _close(widget: Any) -> None:
-    """``widget`` closed, with its ``layout`` (a widget of its own, which ``close`` leaves open)."""
-    widget.close()
-    widget.layout.close()
-
-
 def _main_thread_scheduler(kernel: Any) -> Optional[Callable[..., None]]:
     """A thread-safe way to call a function on the kernel's main thread (signal handlers
     are set there only): its event loop. The click's thread will not always do: ipykernel
@@ -496,12 +343,3 @@ def _main_thread_scheduler(kernel: Any) -> Optional[Callable[..., None]]:
     if threading.current_thread() is not threading.main_thread():
         return None
     return lambda function, *args: None if loop.is_closed() else loop.call_soon_threadsafe(function, *args)
-
-
-def _display_publisher() -> Any:
-    """The kernel's display publisher when it takes hooks (ipykernel's), else None."""
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    publisher = getattr(shell, "display_pub", None)
-    return publisher if hasattr(publisher, "register_hook") else None

@@ -25,7 +25,8 @@ from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary
 from hyport_lib.workbook import form as form_module
 from hyport_lib.workbook.form import running_line, stage_form, stage_runner
 from hyport_lib.workbook import form_run as form_run_module
-from hyport_lib.workbook.form_run import _ROUTE, _Interrupts
+from hyport_lib.workbook.form_run import _Interrupts
+from hyport_lib.workbook.output_route import ROUTE
 
 WAIT_S = 60  # a guard against a hang, never a timing under test
 
@@ -463,7 +464,7 @@ def test_a_clear_closes_the_outputs_it_drops_and_the_next_run_closes_the_last_on
     def run(params):
         LiveDisplay(min_interval_s=0).update("step 1")  # a display id: a child Output
         display("kept", display_id="cleared")
-        children.extend(child for shown in _ROUTE.get().handles.values() for child in shown)
+        children.extend(child for shown in ROUTE.get().handles.values() for child in shown)
         clear_output()
         return StageSummary(verdict="PASS", summary="done")
 
