@@ -18,6 +18,7 @@ given for the check to name. Text is read as the command line reads it
 from __future__ import annotations
 
 import html
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +212,7 @@ def _number_box(f: Field, value: Any, common: dict) -> tuple[Any, Any]:
     if value is not None and number is None:
         box = widgets.Text(value=as_text(f, value), layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
     else:
-        shown = float(_placeholder_number(f)) if number is None else number
+        shown = _placeholder_number(f) if number is None else number
         box = widgets.FloatText(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
     box.add_class(NUMBER_CLASS)
     if not f.optional:
@@ -233,17 +234,16 @@ _EXACT_IN_A_BROWSER = 2**53
 
 
 def _as_number(f: Field, value: Any) -> Optional[float]:
-    """``value`` as a number box holds it, or None: not a number (a text the check will name),
-    or an integer a browser would round."""
-    try:
-        read = f.convert(value) if value is not None else None
-    except ParameterError:
-        read = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    if not isinstance(read, (int, float)) or isinstance(read, bool) or read != read or abs(read) == float("inf"):
+    """``value`` as a number box holds it, or None: not a finite number (a text the check will
+    name), or an integer a browser would round. A number the check refuses (out of range) is
+    held as it is, for the check to name it."""
+    read = _as_read(f, value) if value is not None else None
+    number = value if read is None else read
+    if not isinstance(number, (int, float)) or isinstance(number, bool) or not math.isfinite(number):
         return None
-    if isinstance(read, int) and abs(read) > _EXACT_IN_A_BROWSER:
+    if isinstance(number, int) and abs(number) > _EXACT_IN_A_BROWSER:
         return None
-    return float(read)
+    return float(number)
 
 
 def number_text(number: float) -> str:
@@ -252,11 +252,11 @@ def number_text(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
-def _placeholder_number(f: Field) -> str:
+def _placeholder_number(f: Field) -> float:
     """What an optional number's box shows while None is ticked: the lowest value it takes."""
     spec = f.spec
-    low = spec.min if spec.min is not None else (spec.min_exclusive + 1 if spec.min_exclusive is not None else 0)
-    return str(int(low) if f.kind == "int" else float(low))
+    return float(spec.min if spec.min is not None else
+                 spec.min_exclusive + 1 if spec.min_exclusive is not None else 0)
 
 
 def _as_read(f: Field, value: Any) -> Any:

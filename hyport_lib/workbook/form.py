@@ -101,20 +101,16 @@ def problem_field(problem: str, names: Sequence[str]) -> Optional[str]:
     return match.group(1) if match and match.group(1) in names else None
 
 
-def _same(typed: Any, given: Any) -> bool:
-    """Whether a typed value is the one given (``1`` is not ``True`` here)."""
-    return typed == given and isinstance(typed, bool) == isinstance(given, bool)
-
-
 def _same_value(f: Field, typed: Any, given: Any) -> bool:
     """Whether ``typed`` and ``given`` mean the same for ``f``, as the parameter reads them:
     a form run writes the values it ran back into the namespace read (``~`` expanded, ``7``
     for a float 7.0), and such a value is no change of the ``parameters`` cell. A value
-    either cannot read is compared as it is."""
+    either cannot read is compared as it is; ``1`` is never ``True``."""
     try:
-        return _same(f.convert(typed), f.convert(given))
-    except ParameterError:
-        return _same(typed, given)
+        a, b = f.convert(typed), f.convert(given)
+    except ParameterError:  # compared as given: the check names what cannot be read
+        a, b = typed, given
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 class StageForm:
